@@ -1,0 +1,415 @@
+"""The memory ledger: static bytes (params, grads, Adam states) and activations, per pipeline stage.
+
+References (keys used in comments):
+    [Korthikanti22] Korthikanti et al., Reducing Activation Recomputation in Large Transformer
+        Models, MLSys 2023, arXiv:2205.05198 (Table 2, Eq. 5).
+    [Rajbhandari20] Rajbhandari et al., ZeRO, SC 2020, arXiv:1910.02054 (Fig. 1, 16 bytes/param).
+    [MemRef] shared/reference/memory.md: per-term bytes measured byte-exact against PyTorch layers.
+    [MegatronDistOpt] Megatron-LM docs/source/api-guide/dist_optimizer.md (6 + 12/d bytes/param).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.errors import SpecError
+from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec
+
+__all__ = [
+    "StaticMemory",
+    "static_memory",
+    "activation_bytes_per_layer",
+    "stage_layers",
+    "stage_params",
+    "in_flight_microbatches",
+    "MemoryItem",
+    "StageMemory",
+    "MemoryLedger",
+    "memory_ledger",
+    "stage_memory",
+]
+
+PARAM_BYTES = 2  # bf16/fp16 weights
+ADAM_BYTES = 12  # fp32 master weights + momentum + variance [Rajbhandari20, §3.1: 12 bytes of K=12]
+ZERO3_PREFETCH_LAYERS = 2
+# ASSUMPTION: ZeRO-3 keeps about two layers of gathered bf16 weights alive (the one in use and the
+# prefetched next one); DeepSpeed's stage3_prefetch_bucket_size and FSDP's forward prefetch both do so.
+LOSS_TRANSIENT_SBV = 6
+# ASSUMPTION: Megatron's VocabParallelCrossEntropy peaks at the bf16 logits (2sbV) plus one fp32
+# working copy (4sbV), with exp in place; [MemRef §4.8] gives 6-10 sbV/t depending on the version.
+
+
+@dataclass(frozen=True)
+class StaticMemory:
+    """Static bytes per GPU (or for the whole model when unsharded)."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """Sum of the three items."""
+        return self.params + self.grads + self.optimizer
+
+
+def static_memory(
+    num_params: float, *, grad_dtype: str = "bf16", zero_stage: int = 0, shard: int = 1
+) -> StaticMemory:
+    """Bytes of weights, gradients and Adam states for `num_params` parameters.
+
+    With bf16 grads this is the 16-bytes/param ledger (2 + 2 + 12) [Rajbhandari20, §3.1];
+    with fp32 main grads it is Megatron's 18 (2 + 4 + 12), and 6 + 12/d with its distributed
+    optimizer (= ZeRO-1 over d ranks) [MegatronDistOpt]. ZeRO-1 shards the optimizer states,
+    ZeRO-2 also the gradients, ZeRO-3 also the weights, each over `shard` ranks [Rajbhandari20, Fig. 1].
+
+    Args:
+        num_params: parameters held (the whole model, or one GPU's TP/PP slice).
+        grad_dtype: 'bf16' (2 bytes) or 'fp32' (4 bytes).
+        zero_stage: 0-3.
+        shard: ranks the ZeRO states are split over (dp, or dp*cp for Megatron).
+
+    Returns:
+        StaticMemory with params, grads and optimizer bytes.
+    """
+    if grad_dtype not in ("bf16", "fp32"):
+        raise SpecError(f"grad_dtype must be 'bf16' or 'fp32', got {grad_dtype!r}", "grad_dtype")
+    if zero_stage not in (0, 1, 2, 3):
+        raise SpecError(f"zero_stage must be 0-3, got {zero_stage}", "zero_stage")
+    if shard < 1:
+        raise SpecError(f"shard must be >= 1, got {shard}", "shard")
+    grad_bytes = 2 if grad_dtype == "bf16" else 4
+    return StaticMemory(
+        params=num_params * PARAM_BYTES / (shard if zero_stage >= 3 else 1),
+        grads=num_params * grad_bytes / (shard if zero_stage >= 2 else 1),
+        optimizer=num_params * ADAM_BYTES / (shard if zero_stage >= 1 else 1),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations per layer
+# ---------------------------------------------------------------------------------------------
+# Each term is (bytes, kind). kind "R": replicated across the TP group unless sequence parallel
+# shards it; "T": split by TP always; "C": the attention core, dropped by selective recompute;
+# "N": not divided by TP (per-head-independent caches).
+
+
+def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: bool) -> list[tuple[float, str]]:
+    """GPT layer terms, [Korthikanti22, Table 2 and §4.1] and [MemRef §2a]; s is the local sequence."""
+    sbh = s * b * h
+    terms = [
+        (2 * sbh, "R"),  # LN1 input
+        (8 * s * b, "R"),  # LN1 mean + rstd, fp32 on GPU [MemRef §2a, 'not in the paper']
+        (2 * sbh, "R"),  # QKV GEMM input
+        (6 * sbh, "T"),  # Q, K, V (views of one fused 6sbh QKV output)
+        (2 * sbh, "T"),  # out-proj GEMM input (= attention output)
+        (1 * sbh, "R"),  # hidden-dropout mask after attention (1 byte)
+        (2 * sbh, "R"),  # LN2 input
+        (8 * s * b, "R"),  # LN2 mean + rstd
+        (2 * sbh, "R"),  # FC1 input
+        (2 * s * b * f, "T"),  # GeLU input (FC1 output)
+        (2 * s * b * f, "T"),  # FC2 input (GeLU output)
+        (1 * sbh, "R"),  # hidden-dropout mask after the MLP
+    ]
+    if flash:
+        terms.append((4 * a * s * b, "C"))  # fp32 logsumexp [MemRef §2a]
+    else:
+        terms += [
+            (2 * a * s * s_kv * b, "C"),  # softmax output
+            (1 * a * s * s_kv * b, "C"),  # attention-dropout mask
+            (2 * a * s * s_kv * b, "C"),  # dropped probabilities (PV input)
+        ]
+    return terms
+
+
+def _llama_terms(
+    b: int, s: float, h: int, a: int, g: int, d: int, f: int, s_kv: float, flash: bool, rope_fusion: bool,
+    qkv_fused: bool = True,
+) -> list[tuple[float, str]]:
+    """Llama layer terms [MemRef §2b]: RMSNorm, RoPE, GQA, SwiGLU, Megatron's fused QKV GEMM."""
+    sbh, hkv = s * b * h, g * d
+    view_penalty = 2 * s * b * (h + hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
+    terms = [
+        (2 * sbh, "R"),  # RMSNorm1 input
+        (4 * s * b, "R"),  # RMSNorm1 rstd, fp32
+        (2 * sbh, "R"),  # QKV GEMM input
+        (2 * sbh, "T"),  # Q after RoPE (a new tensor)
+        (2 * sbh, "T"),  # attention output = out-proj GEMM input
+        (2 * sbh, "R"),  # RMSNorm2 input
+        (4 * s * b, "R"),  # RMSNorm2 rstd
+        (2 * sbh, "R"),  # FC1 (gate||up) GEMM input
+        (4 * s * b * f, "T"),  # SwiGLU input (FC1 output, 2f wide)
+        (2 * s * b * f, "T"),  # FC2 input (SwiGLU output)
+    ]
+    if not rope_fusion:
+        terms.append((8 * s * d, "N"))  # R: unfused RoPE saves bf16 cos/sin per call [MemRef §2b]
+    if flash:
+        terms += [
+            (2 * s * b * hkv, "T"),  # K after RoPE
+            (2 * s * b * hkv + view_penalty, "T"),  # V, a view of the fused QKV output (+P)
+            (4 * a * s * b, "C"),  # fp32 logsumexp
+        ]
+    else:
+        expanded = g < a  # eager GQA expands K/V with repeat_interleave (copies release the view)
+        terms += [
+            (2 * sbh, "C"),  # K expanded to a heads (or K itself when g = a)
+            (2 * sbh if expanded else 2 * s * b * hkv + view_penalty, "C"),  # V (expanded copy, or the view)
+            (2 * a * s * s_kv * b, "C"),  # softmax output (= PV input; no dropout)
+        ]
+        # Selective recompute keeps the core's inputs instead: un-expanded K and the V view.
+        terms += [(2 * s * b * hkv, "S"), (2 * s * b * hkv + view_penalty, "S")]
+    return terms
+
+
+def activation_bytes_per_layer(
+    model: ModelSpec,
+    micro_batch_size: int,
+    seq_length: int,
+    *,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: str | Recompute = "none",
+    attention: str = "flash",
+    rope_fusion: bool = True,
+) -> float:
+    """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
+
+    GPT: sbh(34 + 5as/h) eager, 34sbh + 4asb flash [Korthikanti22, Table 2; MemRef §2a].
+    Llama: [MemRef §2b] (SwiGLU 6sbf, GQA K/V, the fused-QKV view penalty, fp32 lse).
+    TP without SP divides all but the replicated inputs/masks; TP with SP divides every term
+    [Korthikanti22, §4.2.2]. CP divides the sequence [MemRef §2c]. Selective recompute drops the
+    attention core; full recompute keeps only the layer input, 2sbh (/t with SP) [Korthikanti22, Table 2].
+    LayerNorm/RMSNorm statistics (O(sb), fp32 on GPU) are included.
+
+    Args:
+        model: the model.
+        micro_batch_size: b.
+        seq_length: s (the whole sequence; CP splits it).
+        tp, cp: tensor- and context-parallel degrees.
+        sequence_parallel: Megatron SP (shards the replicated terms by tp).
+        recompute: 'none', 'selective' or 'full'.
+        attention: 'flash' (no s^2 storage) or 'eager'.
+        rope_fusion: fused RoPE saves no per-layer cos/sin (Megatron's default).
+
+    Returns:
+        Bytes per layer.
+
+    Raises:
+        SpecError: a non-positive size, an unknown mode, or cp > 1 with eager attention.
+    """
+    b, s = micro_batch_size, seq_length
+    for name, v in (("micro_batch_size", b), ("seq_length", s), ("tp", tp), ("cp", cp)):
+        if not isinstance(v, int) or v < 1:
+            raise SpecError(f"{name} must be a positive integer, got {v!r}", name)
+    if attention not in ("flash", "eager"):
+        raise SpecError(f"attention must be 'flash' or 'eager', got {attention!r}", "attention")
+    try:
+        rc = Recompute(recompute)
+    except ValueError:
+        raise SpecError(f"recompute must be none, selective or full, got {recompute!r}", "recompute") from None
+    if cp > 1 and attention != "flash":
+        raise SpecError(f"cp ({cp}) > 1 needs attention='flash' (ring attention stores no s^2 scores)", "cp")
+    h, a, f = model.hidden_size, model.num_attention_heads, model.ffn_hidden_size
+    s_loc = s / cp  # every term sees the local sequence [MemRef §2c]
+    sp_div = tp if sequence_parallel else 1
+    if rc == Recompute.FULL:
+        return 2 * s_loc * b * h / sp_div  # only the layer input [Korthikanti22, Table 2]
+    flash = attention == "flash"
+    if model.family == Family.GPT:
+        terms = _gpt_terms(b, s_loc, h, a, f, s, flash)
+    else:
+        terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion)
+    total = 0.0
+    for nbytes, kind in terms:
+        if kind == "C" and rc == Recompute.SELECTIVE:
+            continue
+        if kind == "S" and rc != Recompute.SELECTIVE:
+            continue
+        div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
+        total += nbytes / div
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline stages
+# ---------------------------------------------------------------------------------------------
+
+
+def stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
+    """Layers on each pipeline stage: even, or with uneven first/last stages (Megatron's
+    --decoder-first/last-pipeline-num-layers: the rest split evenly over the middle stages).
+
+    The caller validates divisibility (see planner.space.check_layout); this returns floor splits.
+    """
+    p, L = layout.pp, model.num_layers
+    if p == 1:
+        return [L]
+    first, last = layout.first_stage_layers, layout.last_stage_layers
+    if first is None and last is None:
+        return [L // p] * p
+    middle_count = p - (first is not None) - (last is not None)
+    rest = L - (first or 0) - (last or 0)
+    mid = rest // middle_count if middle_count else 0
+    layers = [mid] * p
+    layers[0] = first if first is not None else mid
+    layers[-1] = last if last is not None else mid
+    return layers
+
+
+def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
+    """Parameters one GPU of pipeline `stage` holds (its TP slice).
+
+    The embedding lives on the first stage and the output layer on the last; a tied embedding
+    is held on both when pp > 1 (Megatron keeps a copy for the output projection).
+    ASSUMPTION: every weight is split by tp; the replicated norms and biases are < 0.1 % of a layer.
+    """
+    p = layout.pp
+    n = layers * model.params_per_layer
+    if stage == 0:
+        n += model.embedding_params
+    if stage == p - 1:
+        n += model.output_params
+        if model.tied_embeddings and p > 1:
+            n += model.vocab_size * model.hidden_size
+    return n / layout.tp
+
+
+def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
+    """Micro-batches of activations stage `stage` holds at its peak, in units of its whole layers.
+
+    1F1B: stage i holds min(p - i, m) micro-batches [Korthikanti22, Eq. 5 and §4.3].
+    Interleaved (v chunks): rank i holds min(2(p-i-1) + (v-1)p + 1, m v) chunk-micro-batches of
+    L_i/v layers; on the first stage that is p(1 + (p-1)/(p v)) [Korthikanti22, §4.3 / Narayanan21 §2.2].
+    """
+    p, v, m = layout.pp, layout.vpp, num_microbatches
+    if v == 1:
+        return float(min(p - stage, m))
+    chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+    return chunks / v
+
+
+# ---------------------------------------------------------------------------------------------
+# The ledger
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One line of the ledger."""
+
+    name: str
+    bytes: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """The items of one pipeline stage."""
+
+    stage: int
+    layers: int
+    items: tuple[MemoryItem, ...]
+
+    @property
+    def total(self) -> float:
+        """Bytes per GPU on this stage."""
+        return sum(i.bytes for i in self.items)
+
+    @property
+    def dominant(self) -> MemoryItem:
+        """The largest item."""
+        return max(self.items, key=lambda i: i.bytes)
+
+    def get(self, name: str) -> float:
+        """Bytes of the named item (0 if absent)."""
+        return sum(i.bytes for i in self.items if i.name == name)
+
+
+@dataclass(frozen=True)
+class MemoryLedger:
+    """Per-stage ledgers; the peak is the worst stage."""
+
+    stages: tuple[StageMemory, ...]
+    capacity: float
+    """GPU memory, bytes."""
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        """The stage with the highest total (the first one on ties)."""
+        return max(self.stages, key=lambda s: s.total)
+
+    @property
+    def peak_bytes(self) -> float:
+        """Peak bytes per GPU over all stages."""
+        return self.peak_stage.total
+
+    @property
+    def fits(self) -> bool:
+        """Peak (overhead included) within GPU memory."""
+        return self.peak_bytes <= self.capacity
+
+    @property
+    def headroom(self) -> float:
+        """Capacity minus peak, bytes (negative when it does not fit)."""
+        return self.capacity - self.peak_bytes
+
+
+def stage_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    stage: int,
+    layers: int,
+) -> StageMemory:
+    """The ledger of one pipeline stage (bytes per GPU)."""
+    p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
+    m = training.global_batch_size // (layout.dp * b)
+    shard = layout.dp * layout.cp  # Megatron shards ZeRO states over dp x cp (CP ranks hold equal weights)
+    st = static_memory(stage_params(model, layout, stage, layers), grad_dtype=training.grad_dtype,
+                       zero_stage=layout.zero_stage, shard=shard)
+    kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention)
+    none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
+    flight = in_flight_microbatches(layout, stage, m)
+    items = [
+        MemoryItem("weights", st.params, "bf16, 2 B/param"),
+        MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
+        MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param"),
+    ]
+    if layout.recompute == Recompute.FULL:
+        n_rc = layers if layout.recompute_num_layers is None else min(layout.recompute_num_layers, layers)
+        full_layer = activation_bytes_per_layer(model, b, s, recompute="full", **kw)
+        per_mb = n_rc * full_layer + (layers - n_rc) * none_layer
+        items.append(MemoryItem("activations", flight * per_mb, f"{flight:g} micro-batches in flight"))
+        if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
+            items.append(MemoryItem("recompute_peak", none_layer, "one layer re-materialised in backward"))
+    else:
+        per_layer = activation_bytes_per_layer(model, b, s, recompute=layout.recompute, **kw)
+        items.append(MemoryItem("activations", flight * layers * per_layer, f"{flight:g} micro-batches in flight"))
+    s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
+    sp_div = t if layout.sequence_parallel else 1
+    if stage == 0 and model.family == Family.GPT:
+        # embedding-dropout mask, 1 byte per element, per micro-batch in flight [MemRef §2c]
+        items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))
+    if stage == p - 1:
+        # final-norm input + output-GEMM input + fp32 logits: 4sbh(1 + V/h)/t [MemRef §2c]
+        saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
+        items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
+                                "output layer input, fp32 logits and the loss transient"))
+    if layout.zero_stage == 3:
+        gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / t * PARAM_BYTES
+        items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
+    items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
+    return StageMemory(stage=stage, layers=layers, items=tuple(items))
+
+
+def memory_ledger(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> MemoryLedger:
+    """Every pipeline stage's ledger; peak = the worst stage.
+
+    The caller is expected to have validated the layout (planner.space.check_layout).
+    """
+    layers = stage_layers(model, layout)
+    stages = tuple(stage_memory(model, cluster, training, layout, i, n) for i, n in enumerate(layers))
+    return MemoryLedger(stages=stages, capacity=cluster.gpu.memory)

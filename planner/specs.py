@@ -1,0 +1,395 @@
+"""Frozen pydantic specs: the model, the GPU and cluster, the workload, and a parallel layout."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from planner.errors import SpecError
+from planner.units import parse_quantity
+
+__all__ = [
+    "Family",
+    "Recompute",
+    "ModelSpec",
+    "GpuSpec",
+    "LinkTier",
+    "ScaleOut",
+    "Calibration",
+    "ClusterSpec",
+    "TrainingSpec",
+    "Layout",
+    "format_validation_error",
+]
+
+
+def _qty(kind: str):
+    return BeforeValidator(lambda v: parse_quantity(v, kind) if isinstance(v, str) else v)
+
+
+Bytes = Annotated[float, _qty("bytes"), Field(gt=0)]
+BytesPerS = Annotated[float, _qty("bytes/s"), Field(gt=0)]
+FlopPerS = Annotated[float, _qty("flop/s"), Field(gt=0)]
+Seconds = Annotated[float, _qty("s"), Field(ge=0)]
+PosInt = Annotated[int, Field(gt=0)]
+
+
+def _field_and_rule(err: ValidationError) -> tuple[str, str]:
+    """The first offending field (dotted path) and the rule it broke."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    inner = (first.get("ctx") or {}).get("error")
+    if isinstance(inner, SpecError) and inner.field:  # raised by a nested spec's own check
+        return (f"{loc}.{inner.field}" if loc else inner.field), inner.rule or msg
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (not a field of this spec)"
+    elif first["type"] == "missing":
+        msg = "required field is missing"
+    m = re.match(r"^(\w+): (.*)$", msg)
+    if not loc and m:  # cross-field rules name their field as "field: rule"
+        loc, msg = m.groups()
+    return loc or "(root)", msg
+
+
+def format_validation_error(err: ValidationError, what: str) -> str:
+    """One line naming the first offending field and the rule it broke."""
+    field, rule = _field_and_rule(err)
+    return f"{what}: field '{field}': {rule}"
+
+
+class _Spec(BaseModel):
+    """Base: frozen, unknown keys rejected, field docstrings become descriptions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            field, rule = _field_and_rule(err)
+            raise SpecError(f"{type(self).__name__}: field '{field}': {rule}", field, rule) from None
+
+    @classmethod
+    def load(cls, data: Any, where: str | None = None):
+        """Validate a mapping (e.g. parsed YAML); errors become SpecError naming the field."""
+        where = where or cls.__name__
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: expected a mapping of fields, got {type(data).__name__}")
+        try:
+            return cls(**data)
+        except SpecError as err:
+            raise SpecError(f"{where}: field '{err.field}': {err.rule}", err.field, err.rule) from None
+
+
+class Family(StrEnum):
+    """Decoder-only transformer family, which fixes norms, MLP and biases."""
+
+    GPT = "gpt"
+    """LayerNorm, GeLU MLP (2 GEMMs), learned positions, biases, dropout."""
+    LLAMA = "llama"
+    """RMSNorm, RoPE, grouped-query attention, SwiGLU MLP (3 GEMMs), no biases, no dropout."""
+
+
+class Recompute(StrEnum):
+    """Activation recomputation granularity (Korthikanti et al. 2022)."""
+
+    NONE = "none"
+    """Store every activation."""
+    SELECTIVE = "selective"
+    """Recompute only the attention core (QK^T, softmax, dropout, PV)."""
+    FULL = "full"
+    """Store only each layer's input and recompute the whole layer in backward."""
+
+
+class ModelSpec(_Spec):
+    """A dense decoder-only transformer. The parameter count is derived, never stored."""
+
+    name: str
+    """Catalog id or a free name."""
+    family: Family
+    """Layer family: 'gpt' or 'llama'."""
+    num_layers: PosInt
+    """Number of transformer layers L."""
+    hidden_size: PosInt
+    """Model width h."""
+    num_attention_heads: PosInt
+    """Query heads a."""
+    num_kv_heads: PosInt | None = None
+    """Key/value heads g for grouped-query attention; None means g = a (multi-head)."""
+    ffn_hidden_size: PosInt
+    """MLP inner width f (per branch for SwiGLU)."""
+    vocab_size: PosInt
+    """Vocabulary size V (as trained, before any padding)."""
+    position_embedding: Literal["learned", "rope"] | None = None
+    """'learned' (a position table, GPT default) or 'rope' (rotary, no parameters; Llama default)."""
+    max_position_embeddings: PosInt | None = None
+    """Learned position table size; needed only with learned positions."""
+    tied_embeddings: bool = False
+    """Input embedding and output layer share one matrix."""
+    qkv_bias: bool = False
+    """Llama family only: Q/K/V projections carry a bias (Qwen2)."""
+    sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    """Where the numbers come from (catalog files)."""
+    provenance: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Field name -> source id and locator."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        h, a = self.hidden_size, self.num_attention_heads
+        if h % a:
+            raise ValueError(f"hidden_size: num_attention_heads ({a}) must divide hidden_size ({h})")
+        if a % self.kv_heads:
+            raise ValueError(f"num_kv_heads: num_kv_heads ({self.kv_heads}) must divide num_attention_heads ({a})")
+        if self.positions == "learned" and self.max_position_embeddings is None:
+            raise ValueError("max_position_embeddings: learned position embeddings need max_position_embeddings")
+        if self.family == Family.GPT and self.num_kv_heads not in (None, a):
+            raise ValueError("num_kv_heads: the 'gpt' family is multi-head: num_kv_heads must equal num_attention_heads")
+        if self.family == Family.GPT and self.qkv_bias:
+            raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
+        return self
+
+    @property
+    def positions(self) -> str:
+        """Position scheme in effect: the explicit one, else 'learned' for GPT and 'rope' for Llama."""
+        return self.position_embedding or ("learned" if self.family == Family.GPT else "rope")
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads g (equals a for multi-head attention)."""
+        return self.num_kv_heads or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        """d = h / a."""
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """h_kv = g * d, the width of K (and of V)."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def params_per_layer(self) -> int:
+        """Parameters of one transformer layer."""
+        h, f, hkv = self.hidden_size, self.ffn_hidden_size, self.kv_hidden
+        if self.family == Family.GPT:
+            # Reference: [Narayanan21, App. (parameter count)] 12lh^2 + 13lh for f = 4h; general f:
+            attn = (h * 3 * h + 3 * h) + (h * h + h)  # fused QKV weight+bias, out-proj weight+bias
+            mlp = (h * f + f) + (f * h + h)  # FC1, FC2 with biases
+            norms = 2 * 2 * h  # two LayerNorms, gamma and beta
+            return attn + mlp + norms
+        attn = h * h + 2 * h * hkv + h * h  # Q, K, V, out-proj (no biases)
+        if self.qkv_bias:
+            attn += h + 2 * hkv  # Qwen2 Q/K/V biases
+        mlp = 3 * h * f  # gate, up, down (SwiGLU)
+        norms = 2 * h  # two RMSNorm scales
+        return attn + mlp + norms
+
+    @property
+    def embedding_params(self) -> int:
+        """Input side: token embedding (+ learned positions for GPT)."""
+        pos = self.max_position_embeddings * self.hidden_size if self.positions == "learned" else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    @property
+    def output_params(self) -> int:
+        """Output side: final norm, and the output projection unless tied."""
+        norm = 2 * self.hidden_size if self.family == Family.GPT else self.hidden_size
+        head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return norm + head
+
+    @property
+    def num_params(self) -> int:
+        """Total parameter count Psi (derived from the shape)."""
+        return self.num_layers * self.params_per_layer + self.embedding_params + self.output_params
+
+
+class GpuSpec(_Spec):
+    """One accelerator."""
+
+    name: str
+    """Marketing name, e.g. 'H100-SXM5-80GB'."""
+    memory: Bytes
+    """HBM capacity in bytes (strings such as '80 GB' are parsed)."""
+    peak_bf16_flops: FlopPerS
+    """Dense BF16 tensor-core peak, FLOP/s (not the 2:4-sparse figure)."""
+    peak_fp8_flops: FlopPerS | None = None
+    """Dense FP8 peak, FLOP/s, where the GPU has FP8."""
+    hbm_bandwidth: BytesPerS
+    """Peak HBM bandwidth, bytes/s."""
+    arch: int = Field(ge=7, le=12)
+    """Compute-capability major version (8 Ampere, 9 Hopper, 10 Blackwell)."""
+
+
+class LinkTier(_Spec):
+    """The scale-up (NVLink / xGMI) fabric inside one NVLink domain."""
+
+    allreduce_busbw: BytesPerS
+    """Saturated all-reduce bus bandwidth (NVLS where the switch reduces), bytes/s."""
+    ring_busbw: BytesPerS
+    """Saturated all-gather / reduce-scatter / ring bus bandwidth, bytes/s."""
+    busbw_curve: list[tuple[Bytes, BytesPerS]]
+    """Measured all-reduce (message bytes, bus bandwidth) points; their shape scales every op's busbw."""
+    latency: Seconds
+    """Small-message latency alpha of one collective, seconds."""
+    p2p_bandwidth: BytesPerS
+    """Unidirectional point-to-point bandwidth between two GPUs, bytes/s."""
+
+
+class ScaleOut(_Spec):
+    """The scale-out network (InfiniBand / RoCE), rail-optimised: NICs spread over the GPUs."""
+
+    nics_per_node: PosInt
+    """Network interfaces per node."""
+    nic_busbw: BytesPerS
+    """Effective collective bandwidth one NIC delivers (e.g. ~47 GB/s for 400G NDR), bytes/s."""
+    latency: Seconds
+    """Small-message latency alpha of one inter-node collective, seconds."""
+
+
+class Calibration(_Spec):
+    """Physical efficiency parameters, fitted once per GPU generation (never per run)."""
+
+    gemm_efficiency: list[tuple[float, float]]
+    """(GFLOP of one GEMM, fraction of dense peak) points; log-interpolated, clamped at the ends."""
+    attention_efficiency: float = Field(gt=0, le=1)
+    """Fraction of dense peak reached by the fused (flash) attention kernel."""
+    elementwise_passes: float = Field(ge=0)
+    """Memory-bound bytes moved per layer per token, in units of 2*h bytes (norms, residuals, activations)."""
+    tp_comm_exposed: float = Field(ge=0, le=1)
+    """Fraction of tensor-parallel communication left on the critical path."""
+    dp_overlap: float = Field(ge=0, le=1)
+    """Fraction of the backward pass that data-parallel gradient reduction can hide behind."""
+    hbm_efficiency: float = Field(gt=0, le=1)
+    """Achieved fraction of peak HBM bandwidth for streaming kernels (STREAM triad)."""
+
+
+class ClusterSpec(_Spec):
+    """A GPU cluster: identical nodes, NVLink domains, a rail-optimised scale-out network."""
+
+    name: str
+    """Catalog id."""
+    gpu: GpuSpec
+    """The GPU in every node."""
+    gpus_per_node: PosInt
+    """GPUs per node (per compute tray on GB200 NVL72)."""
+    nvlink_domain_size: PosInt
+    """GPUs in one NVLink/NVSwitch domain; a multiple of gpus_per_node (72 on GB200 NVL72)."""
+    num_nodes: PosInt = 1
+    """Nodes in the cluster."""
+    nvlink: LinkTier
+    """Scale-up fabric."""
+    scaleout: ScaleOut
+    """Scale-out fabric."""
+    memory_overhead: Bytes
+    """Per-GPU memory outside the ledger (CUDA context, NCCL buffers, allocator fragmentation)."""
+    calibration: Calibration
+    """Fitted efficiency parameters."""
+    sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
+    """Where the numbers come from."""
+    provenance: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Field path -> source id and locator."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        d, g = self.nvlink_domain_size, self.gpus_per_node
+        if d % g and g % d:
+            raise ValueError(f"nvlink_domain_size: nvlink_domain_size ({d}) and gpus_per_node ({g}) must nest (one divides the other)")
+        if d > g and (self.num_nodes * g) % d and self.num_nodes * g > d:
+            raise ValueError(
+                f"num_nodes: num_nodes*gpus_per_node ({self.num_nodes * g}) must be a multiple of nvlink_domain_size ({d})"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Total GPUs."""
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def usable_memory(self) -> float:
+        """GPU memory minus the overhead item, bytes."""
+        return self.gpu.memory - self.memory_overhead
+
+
+class TrainingSpec(_Spec):
+    """The workload: batch, sequence, precision and optimizer."""
+
+    global_batch_size: PosInt
+    """Sequences per optimizer step."""
+    seq_length: PosInt
+    """Tokens per sequence."""
+    precision: Literal["bf16", "fp16"] = "bf16"
+    """Mixed-precision compute dtype (parameters and activations)."""
+    optimizer: Literal["adam"] = "adam"
+    """Optimizer; Adam keeps fp32 master weights, momentum and variance (12 bytes/param)."""
+    grad_dtype: Literal["bf16", "fp32"] = "fp32"
+    """Gradient buffer dtype: 'bf16' is the 16-bytes/param ledger; 'fp32' main grads (Megatron's default) is 18."""
+    attention: Literal["flash", "eager"] = "flash"
+    """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
+    token_budget: Annotated[float, Field(gt=0)] | None = None
+    """Tokens to train on, for time-to-train (optional)."""
+
+
+class Layout(_Spec):
+    """A parallel layout: degrees, sharding, micro-batch and recomputation."""
+
+    tp: PosInt = 1
+    """Tensor-parallel degree."""
+    pp: PosInt = 1
+    """Pipeline-parallel degree."""
+    dp: PosInt = 1
+    """Data-parallel degree."""
+    cp: PosInt = 1
+    """Context-parallel degree."""
+    zero_stage: Annotated[int, Field(ge=0, le=3)] = 0
+    """ZeRO stage: 1 shards optimizer states, 2 also grads, 3 also params (over dp*cp ranks)."""
+    micro_batch_size: PosInt = 1
+    """Sequences per micro-batch per model replica."""
+    recompute: Recompute = Recompute.NONE
+    """Activation recomputation granularity."""
+    recompute_num_layers: Annotated[int, Field(ge=0)] | None = None
+    """With full recompute: layers per pipeline stage that are recomputed (None = all)."""
+    vpp: PosInt = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism (needs tp > 1)."""
+    first_stage_layers: PosInt | None = None
+    """Layers on the first pipeline stage when uneven (None = even split)."""
+    last_stage_layers: PosInt | None = None
+    """Layers on the last pipeline stage when uneven (None = even split)."""
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs in one model replica: tp * pp * cp."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def world_size(self) -> int:
+        """GPUs the layout occupies: tp * pp * dp * cp."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    def short(self) -> str:
+        """Compact one-line description."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}", f"cp{self.cp}", f"zero{self.zero_stage}",
+                 f"mbs{self.micro_batch_size}", f"rc={self.recompute.value}"]
+        if self.recompute == Recompute.FULL and self.recompute_num_layers is not None:
+            parts[-1] += f"({self.recompute_num_layers})"
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.first_stage_layers or self.last_stage_layers:
+            parts.append(f"stages={self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}")
+        return " ".join(parts)

@@ -1,0 +1,134 @@
+"""The memory ledger against the seed's worked numbers, Korthikanti 2022 Table 2 and hand arithmetic."""
+
+import pytest
+
+import planner
+from planner.errors import SpecError
+from planner.memory import (
+    activation_bytes_per_layer,
+    in_flight_microbatches,
+    memory_ledger,
+    stage_layers,
+    static_memory,
+)
+from planner.specs import Layout, ModelSpec, TrainingSpec
+
+GB = 1e9
+
+
+@pytest.mark.parametrize("psi,params,grads,adam,total", [
+    (7e9, 14, 14, 84, 112),  # the seed's 7B row
+    (70e9, 140, 140, 840, 1120),
+    (405e9, 810, 810, 4860, 6480),
+])
+def test_static_memory_seed_table(psi, params, grads, adam, total):
+    st = static_memory(psi)
+    assert (st.params / GB, st.grads / GB, st.optimizer / GB, st.total / GB) == (params, grads, adam, total)
+
+
+def test_static_memory_megatron_fp32_grads_and_distributed_optimizer():
+    # Megatron: 18 B/param; with the distributed optimizer over d ranks 6 + 12/d (dist_optimizer.md)
+    assert static_memory(1.0, grad_dtype="fp32").total == 18
+    assert static_memory(1.0, grad_dtype="fp32", zero_stage=1, shard=8).total == pytest.approx(6 + 12 / 8)
+    # ZeRO paper Fig. 1 (Psi = 7.5B, N_d = 64, K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB
+    for stage, expected in [(0, 120), (1, 31.4), (2, 16.6), (3, 1.9)]:
+        assert static_memory(7.5e9, zero_stage=stage, shard=64).total / GB == pytest.approx(expected, abs=0.06)
+
+
+# A GPT-3 175B layer at s = 2048, b = 1, t = 8 (Korthikanti et al. 2022 Table 2 and Table 3 shapes)
+S, B, H, A, T = 2048, 1, 12288, 96, 8
+SBH = S * B * H
+KORTHIKANTI_TABLE2 = [  # (kwargs, bytes per layer in units of sbh)
+    (dict(), 34 + 5 * A * S / H),  # no parallelism
+    (dict(tp=T), 10 + 24 / T + 5 * A * S / (H * T)),  # tensor parallel
+    (dict(tp=T, sequence_parallel=True), (34 + 5 * A * S / H) / T),  # tensor + sequence parallel
+    (dict(tp=T, recompute="selective"), 10 + 24 / T),  # TP + selective recompute
+    (dict(tp=T, sequence_parallel=True, recompute="selective"), 34 / T),  # TP + SP + selective
+    (dict(recompute="full"), 2),  # full recompute
+]
+# The table omits the O(sb) LayerNorm statistics (2 x 8 sb, fp32 mean + rstd): at h = 12288 that
+# is 16/12288 sbh, so the ledger may exceed the paper by at most 0.002 sbh.
+LN_STATS_SBH = 16 / H
+
+
+@pytest.mark.parametrize("kwargs,sbh_units", KORTHIKANTI_TABLE2)
+def test_activation_korthikanti_table2(kwargs, sbh_units):
+    m = planner.load_model("gpt3-175b")
+    got = activation_bytes_per_layer(m, B, S, attention="eager", **kwargs) / SBH
+    assert sbh_units <= got <= sbh_units + LN_STATS_SBH
+
+
+def test_activation_llama_flash_by_hand():
+    """Llama-3-8B, s = 4096, b = 1, flash (memory.md §2b): sbh(14 + 6r) + 6sbf + 4asb + 8sb, r = g/a = 1/4."""
+    m = planner.load_model("llama3-8b")
+    s, h, f, a = 4096, 4096, 14336, 32
+    expected = s * h * (14 + 6 * 0.25) + 6 * s * f + 4 * a * s + 8 * s
+    assert activation_bytes_per_layer(m, 1, s) == expected
+    # context parallel 2 halves every term [memory.md §2c]
+    assert activation_bytes_per_layer(m, 1, s, cp=2) == expected / 2
+
+
+def test_activation_cp_needs_flash():
+    with pytest.raises(SpecError, match="cp"):
+        activation_bytes_per_layer(planner.load_model("llama3-8b"), 1, 4096, cp=2, attention="eager")
+
+
+def test_in_flight_microbatches_1f1b_and_interleaved():
+    lay = Layout(pp=4, dp=1, tp=1)
+    assert [in_flight_microbatches(lay, i, 64) for i in range(4)] == [4, 3, 2, 1]
+    assert in_flight_microbatches(lay, 0, 2) == 2  # fewer micro-batches than stages
+    # interleaved: first stage holds p (1 + (p-1)/(p v)) = 4 (1 + 3/8) = 5.5 [Korthikanti22 §4.3]
+    assert in_flight_microbatches(Layout(pp=4, vpp=2), 0, 64) == pytest.approx(5.5)
+
+
+def test_uneven_stage_layers():
+    m = planner.load_model("llama3-8b")  # 32 layers
+    assert stage_layers(m, Layout(pp=4)) == [8, 8, 8, 8]
+    assert stage_layers(m, Layout(pp=4, first_stage_layers=7, last_stage_layers=7)) == [7, 9, 9, 7]
+    assert stage_layers(m, Layout(pp=2, first_stage_layers=15, last_stage_layers=17)) == [15, 17]
+
+
+def test_ledger_7b_on_8_gpus_by_hand():
+    """Llama-2-7B, pure DP 8, bf16 grads, no ZeRO: 16 B/param static, plus activations of one
+    micro-batch of 32 layers (flash, s=4096, b=1), the logits on the (only) stage, overhead."""
+    m = planner.load_model("llama2-7b")
+    c = planner.load_cluster("dgx-h100")
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096, grad_dtype="bf16")
+    led = memory_ledger(m, c, tr, Layout(dp=8))
+    st = led.stages[0]
+    assert st.get("weights") + st.get("gradients") + st.get("optimizer") == 16 * m.num_params
+    s, h, f, a, V = 4096, 4096, 11008, 32, 32000
+    per_layer = s * h * (14 + 6 * 1.0) + 6 * s * f + 4 * a * s + 8 * s  # MHA: r = 1
+    assert st.get("activations") == 32 * per_layer
+    assert st.get("logits") == 4 * s * h + 4 * s * V + 6 * s * V
+    assert not led.fits  # 108 GB static alone exceeds 80 GB: the seed's "shard it" case
+
+
+def test_ledger_peak_is_worst_stage():
+    m = planner.load_model("llama3-70b")
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    led = memory_ledger(m, c, tr, Layout(tp=8, pp=8, dp=1, sequence_parallel=True))
+    totals = [s.total for s in led.stages]
+    assert led.peak_bytes == max(totals)
+    assert led.peak_stage.stage in (0, 7)  # most in flight (first) or the logits (last)
+    assert totals[1] > totals[6]  # fewer micro-batches in flight further down
+
+
+def test_zero_shards_over_dp_times_cp():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    tr = TrainingSpec(global_batch_size=16, seq_length=8192)
+    led = memory_ledger(m, c, tr, Layout(dp=8, cp=2, zero_stage=1))
+    assert led.stages[0].get("optimizer") == pytest.approx(12 * m.num_params / 16)
+
+
+def test_full_recompute_adds_one_layer_at_backward_peak():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100")
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    st = memory_ledger(m, c, tr, Layout(dp=8, recompute="full")).stages[0]
+    assert st.get("activations") == 32 * 2 * 4096 * 4096
+    assert st.get("recompute_peak") == activation_bytes_per_layer(m, 1, 4096)
+    part = memory_ledger(m, c, tr, Layout(dp=8, recompute="full", recompute_num_layers=8)).stages[0]
+    assert part.get("activations") == 8 * 2 * 4096 * 4096 + 24 * activation_bytes_per_layer(m, 1, 4096)

@@ -1,0 +1,183 @@
+"""Real GPT- and Llama-style decoder layers in bf16 PyTorch, for measuring saved-for-backward bytes.
+
+Kernels mirror Megatron-core / Transformer Engine on GPU (see shared/reference/memory.md §1):
+fused QKV GEMM in Megatron's grouped layout, native dropout (1-byte masks), a fused RMSNorm
+(saves input + fp32 rstd), a fused SwiGLU (saves its input), fused RoPE (saves no per-layer
+cos/sin), Megatron-style eager core attention on bmm views, or SDPA (flash) with enable_gqa.
+Recompute is torch.utils.checkpoint(use_reentrant=True), as Megatron's tensor_parallel.checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+DT = torch.bfloat16
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, rstd, weight)
+        return (x.float() * rstd).to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, rstd, w = ctx.saved_tensors
+        xf, g = x.float(), (gy * w).float()
+        xhat = xf * rstd
+        gx = rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        gw = (gy.float() * xhat).sum(dim=tuple(range(gy.dim() - 1)))
+        return gx.to(x.dtype), gw.to(w.dtype), None
+
+
+class _SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        a, b = x.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+    @staticmethod
+    def backward(ctx, gy):
+        (x,) = ctx.saved_tensors
+        a, b = x.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(a)
+        ga = gy.float() * b * sig * (1 + a * (1 - sig))
+        gb = gy.float() * a * sig
+        return torch.cat([ga, gb], dim=-1).to(x.dtype)
+
+
+class _FusedRoPE(torch.autograd.Function):
+    """Rotate-half RoPE that keeps cos/sin outside autograd (as TE's fused kernel keeps only freqs)."""
+
+    @staticmethod
+    def forward(ctx, t, cos, sin):
+        ctx.cos, ctx.sin = cos, sin
+        t1, t2 = t.float().chunk(2, dim=-1)
+        return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], dim=-1).to(t.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        g1, g2 = g.float().chunk(2, dim=-1)
+        cos, sin = ctx.cos, ctx.sin
+        return torch.cat([g1 * cos + g2 * sin, g2 * cos - g1 * sin], dim=-1).to(g.dtype), None, None
+
+
+class DecoderLayer(torch.nn.Module):
+    """One decoder layer; family 'gpt' or 'llama'; attention 'eager' or 'flash'."""
+
+    def __init__(self, family, h, a, g, f, attention="flash", recompute="none", dropout=0.1):
+        super().__init__()
+        self.family, self.h, self.a, self.g, self.f = family, h, a, g, f
+        self.d = h // a
+        self.attention, self.recompute = attention, recompute
+        gpt = family == "gpt"
+        self.p_hidden = dropout if gpt else 0.0
+        # CPU SDPA uses its flash kernel only without attention dropout (memory.md §4.1)
+        self.p_attn = dropout if gpt and attention == "eager" else 0.0
+        self.qkv = torch.nn.Linear(h, h + 2 * g * self.d, bias=gpt)
+        self.proj = torch.nn.Linear(h, h, bias=gpt)
+        self.fc1 = torch.nn.Linear(h, 2 * f if not gpt else f, bias=gpt)
+        self.fc2 = torch.nn.Linear(f, h, bias=gpt)
+        if gpt:
+            self.ln1, self.ln2 = torch.nn.LayerNorm(h), torch.nn.LayerNorm(h)
+        else:
+            self.w1 = torch.nn.Parameter(torch.ones(h))
+            self.w2 = torch.nn.Parameter(torch.ones(h))
+        self.to(DT)
+        self.cos = self.sin = None
+
+    def shared_buffers(self):
+        return [t for t in (self.cos, self.sin) if t is not None]
+
+    def _set_rope(self, s):
+        inv = 1.0 / (10000 ** (torch.arange(0, self.d, 2).float() / self.d))
+        ang = torch.outer(torch.arange(s).float(), inv)  # [s, d/2]
+        self.cos = ang.cos()[:, None, None, :]
+        self.sin = ang.sin()[:, None, None, :]
+
+    def _norm(self, x, which):
+        if self.family == "gpt":
+            return (self.ln1 if which == 1 else self.ln2)(x)
+        return _RMSNorm.apply(x, self.w1 if which == 1 else self.w2, 1e-5)
+
+    def _dropout_add(self, y, residual):
+        if self.p_hidden > 0:
+            y, _mask = torch.native_dropout(y, self.p_hidden, True)
+        return residual + y
+
+    def _core(self, q, k, v):
+        """q [s,b,a,d], k/v [s,b,g,d] -> context [s,b,h]."""
+        s, b, a, d = q.shape
+        g = k.shape[2]
+        if self.attention == "flash":
+            o = F.scaled_dot_product_attention(
+                q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
+                is_causal=True, enable_gqa=g < a,
+            )
+            return o.permute(2, 0, 1, 3).reshape(s, b, a * d)
+        if g < a:  # Megatron's unfused attention expands K/V to all heads
+            k = k.repeat_interleave(a // g, dim=2)
+            v = v.repeat_interleave(a // g, dim=2)
+        q3 = q.reshape(s, b * a, d).transpose(0, 1)
+        k3 = k.reshape(s, b * a, d).transpose(0, 1)
+        v3 = v.reshape(s, b * a, d).transpose(0, 1)
+        scores = torch.bmm(q3, k3.transpose(1, 2))
+        probs = torch.softmax(scores * (1.0 / math.sqrt(d)), dim=-1)
+        if self.p_attn > 0:
+            probs, _mask = torch.native_dropout(probs, self.p_attn, True)
+        ctx = torch.bmm(probs, v3)  # [b*a, s, d]
+        return ctx.transpose(0, 1).reshape(s, b, a * d)
+
+    def _layer(self, x):
+        s, b, h = x.shape
+        a, g, d = self.a, self.g, self.d
+        qkv = self.qkv(self._norm(x, 1))
+        if self.family == "gpt":  # Megatron layout [s, b, a, 3d]
+            q, k, v = qkv.view(s, b, a, 3 * d).split(d, dim=-1)
+        else:  # grouped layout [s, b, g, (a/g + 2) d]
+            grouped = qkv.view(s, b, g, (a // g + 2) * d)
+            q, k, v = grouped.split([(a // g) * d, d, d], dim=-1)
+            q = _FusedRoPE.apply(q.reshape(s, b, a, d), self.cos, self.sin)
+            k = _FusedRoPE.apply(k, self.cos, self.sin)
+        if self.recompute == "selective":
+            ctx = checkpoint(self._core, q, k, v, use_reentrant=True)
+        else:
+            ctx = self._core(q, k, v)
+        x = self._dropout_add(self.proj(ctx), x)
+        y = self.fc1(self._norm(x, 2))
+        y = F.gelu(y) if self.family == "gpt" else _SwiGLU.apply(y)
+        return self._dropout_add(self.fc2(y), x)
+
+    def forward(self, x):
+        if self.family == "llama" and (self.cos is None or self.cos.shape[0] != x.shape[0]):
+            self._set_rope(x.shape[0])
+        if self.recompute == "full":
+            return checkpoint(self._layer, x, use_reentrant=True)
+        return self._layer(x)
+
+
+def saved_bytes(layer: DecoderLayer, b: int, s: int) -> int:
+    """Bytes of distinct storages saved for backward by one forward (parameters excluded)."""
+    torch.manual_seed(0)
+    x = torch.randn(s, b, layer.h, dtype=DT, requires_grad=True)
+    layer(x)  # warm-up: builds the RoPE cache and one-time kernel state
+    excluded = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    excluded |= {t.untyped_storage().data_ptr() for t in layer.shared_buffers()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in excluded:
+            seen[st.data_ptr()] = st.nbytes()
+        return t.detach()  # returning t itself would leak a grad_fn cycle (memory.md §4.9)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = layer(x)
+    del out
+    return sum(seen.values())
