@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner._memo import memo
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec
 
@@ -27,6 +28,8 @@ __all__ = [
     "MemoryLedger",
     "memory_ledger",
     "stage_memory",
+    "stage_static_items",
+    "stage_activation_items",
 ]
 
 PARAM_BYTES = 2  # bf16/fp16 weights
@@ -161,6 +164,7 @@ def _llama_terms(
     return terms
 
 
+@memo()
 def activation_bytes_per_layer(
     model: ModelSpec,
     micro_batch_size: int,
@@ -356,28 +360,36 @@ class MemoryLedger:
         return self.capacity - self.peak_bytes
 
 
-def stage_memory(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    layout: Layout,
-    stage: int,
-    layers: int,
-) -> StageMemory:
-    """The ledger of one pipeline stage (bytes per GPU)."""
-    p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
-    m = training.global_batch_size // (layout.dp * b)
+def stage_static_items(
+    model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int
+) -> list[MemoryItem]:
+    """The items that depend on the ZeRO stage: weights, gradients, Adam states, ZeRO-3 buffers.
+
+    They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
     shard = layout.dp * layout.cp  # Megatron shards ZeRO states over dp x cp (CP ranks hold equal weights)
     st = static_memory(stage_params(model, layout, stage, layers), grad_dtype=training.grad_dtype,
                        zero_stage=layout.zero_stage, shard=shard)
-    kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention)
-    none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
-    flight = in_flight_microbatches(layout, stage, m)
     items = [
         MemoryItem("weights", st.params, "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
         MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param"),
     ]
+    if layout.zero_stage == 3:
+        gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / layout.tp * PARAM_BYTES
+        items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
+    return items
+
+
+def stage_activation_items(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int
+) -> list[MemoryItem]:
+    """The items that do not depend on the ZeRO stage: activations, logits, overhead."""
+    p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
+    m = training.global_batch_size // (layout.dp * b)
+    kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention)
+    none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
+    flight = in_flight_microbatches(layout, stage, m)
+    items = []
     if layout.recompute == Recompute.FULL:
         n_rc = layers if layout.recompute_num_layers is None else min(layout.recompute_num_layers, layers)
         full_layer = activation_bytes_per_layer(model, b, s, recompute="full", **kw)
@@ -386,7 +398,7 @@ def stage_memory(
         if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
             items.append(MemoryItem("recompute_peak", none_layer, "one layer re-materialised in backward"))
     else:
-        per_layer = activation_bytes_per_layer(model, b, s, recompute=layout.recompute, **kw)
+        per_layer = activation_bytes_per_layer(model, b, s, recompute=layout.recompute.value, **kw)
         items.append(MemoryItem("activations", flight * layers * per_layer, f"{flight:g} micro-batches in flight"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
@@ -398,10 +410,21 @@ def stage_memory(
         saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
         items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
                                 "output layer input, fp32 logits and the loss transient"))
-    if layout.zero_stage == 3:
-        gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / t * PARAM_BYTES
-        items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
+    return items
+
+
+def stage_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    layout: Layout,
+    stage: int,
+    layers: int,
+) -> StageMemory:
+    """The ledger of one pipeline stage (bytes per GPU): static items, then activation items."""
+    items = stage_static_items(model, training, layout, stage, layers)
+    items += stage_activation_items(model, cluster, training, layout, stage, layers)
     return StageMemory(stage=stage, layers=layers, items=tuple(items))
 
 

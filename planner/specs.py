@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -159,27 +160,27 @@ class ModelSpec(_Spec):
             raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
         return self
 
-    @property
+    @cached_property
     def positions(self) -> str:
         """Position scheme in effect: the explicit one, else 'learned' for GPT and 'rope' for Llama."""
         return self.position_embedding or ("learned" if self.family == Family.GPT else "rope")
 
-    @property
+    @cached_property
     def kv_heads(self) -> int:
         """Key/value heads g (equals a for multi-head attention)."""
         return self.num_kv_heads or self.num_attention_heads
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         """d = h / a."""
         return self.hidden_size // self.num_attention_heads
 
-    @property
+    @cached_property
     def kv_hidden(self) -> int:
         """h_kv = g * d, the width of K (and of V)."""
         return self.kv_heads * self.head_dim
 
-    @property
+    @cached_property
     def params_per_layer(self) -> int:
         """Parameters of one transformer layer."""
         h, f, hkv = self.hidden_size, self.ffn_hidden_size, self.kv_hidden
@@ -196,20 +197,20 @@ class ModelSpec(_Spec):
         norms = 2 * h  # two RMSNorm scales
         return attn + mlp + norms
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         """Input side: token embedding (+ learned positions for GPT)."""
         pos = self.max_position_embeddings * self.hidden_size if self.positions == "learned" else 0
         return self.vocab_size * self.hidden_size + pos
 
-    @property
+    @cached_property
     def output_params(self) -> int:
         """Output side: final norm, and the output projection unless tied."""
         norm = 2 * self.hidden_size if self.family == Family.GPT else self.hidden_size
         head = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
         return norm + head
 
-    @property
+    @cached_property
     def num_params(self) -> int:
         """Total parameter count Psi (derived from the shape)."""
         return self.num_layers * self.params_per_layer + self.embedding_params + self.output_params
@@ -266,7 +267,9 @@ class Calibration(_Spec):
     attention_efficiency: float = Field(gt=0, le=1)
     """Fraction of dense peak reached by the fused (flash) attention kernel."""
     elementwise_passes: float = Field(ge=0)
-    """Memory-bound bytes moved per layer per token, in units of 2*h bytes (norms, residuals, activations)."""
+    """Memory-bound traffic per layer per token in units of 2*h bytes, with fused kernels (Megatron/TE)."""
+    elementwise_passes_unfused: float = Field(ge=0)
+    """The same with eager PyTorch kernels (unfused norms, activations, dropout; FSDP-style trainers)."""
     tp_comm_exposed: float = Field(ge=0, le=1)
     """Fraction of tensor-parallel communication left on the critical path."""
     dp_overlap: float = Field(ge=0, le=1)
@@ -338,6 +341,8 @@ class TrainingSpec(_Spec):
     """Gradient buffer dtype: 'bf16' is the 16-bytes/param ledger; 'fp32' main grads (Megatron's default) is 18."""
     attention: Literal["flash", "eager"] = "flash"
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
+    kernels: Literal["fused", "unfused"] = "fused"
+    """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': eager PyTorch."""
     token_budget: Annotated[float, Field(gt=0)] | None = None
     """Tokens to train on, for time-to-train (optional)."""
 

@@ -1,0 +1,62 @@
+"""Fit the few physical calibration parameters of one GPU generation on the published runs.
+
+    python benchmarks/calibrate.py dgx-h100 [dgx-a100-80g ...]
+
+Grid search over attention efficiency, fused/unfused elementwise traffic and DP overlap, for all
+rows of that GPU (every source group weighted equally: the score is the mean of the group medians
+of |error| plus a quarter of the worst row). Prints the best values; they are then written, with
+provenance, into the cluster YAMLs by hand. No per-row factors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from runs import load_runs  # noqa: E402
+
+from planner.evaluate import evaluate  # noqa: E402
+
+GRID = {
+    "attention_efficiency": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],
+    "elementwise_passes": [4.0, 8.0, 16.0],
+    "elementwise_passes_unfused": [30.0, 45.0, 60.0, 80.0, 100.0, 130.0],
+    "dp_overlap": [0.0, 0.25, 0.5],
+}
+
+
+def score(runs, cal_update):
+    groups: dict[str, list[float]] = {}
+    worst = 0.0
+    for r in runs:
+        cal = r.cluster.calibration.model_copy(update=cal_update)
+        cluster = r.cluster.model_copy(update={"calibration": cal})
+        plan = evaluate(r.model, cluster, r.training, r.layout)
+        err = abs(plan.tokens_per_second / plan.num_gpus / r.tokens_per_s_per_gpu - 1)
+        groups.setdefault(r.group, []).append(err)
+        worst = max(worst, err)
+    return statistics.mean(statistics.median(v) for v in groups.values()) + 0.25 * worst, groups
+
+
+def main(argv):
+    for name in argv or ["dgx-h100", "dgx-a100-80g"]:
+        prefix = name.rsplit("-", 1)[0] if name.startswith("dgx-a100") else name
+        runs = [r for r in load_runs() if r.cluster.name.startswith(prefix) and not r.oom]
+        best = None
+        for values in itertools.product(*GRID.values()):
+            upd = dict(zip(GRID, values))
+            sc, groups = score(runs, upd)
+            if best is None or sc < best[0]:
+                best = (sc, upd, groups)
+        sc, upd, groups = best
+        print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
+        for g, errs in sorted(groups.items()):
+            print(f"  {g:34s} n={len(errs):3d} median |err| {statistics.median(errs):6.1%} max {max(errs):6.1%}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

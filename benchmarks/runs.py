@@ -1,0 +1,112 @@
+"""Turn rows of shared/calibration/published_runs.yaml into (model, cluster, training, layout).
+
+Shared by benchmarks/fidelity.py and the fidelity regression test. Only BF16/FP16 rows with a
+complete layout (micro-batch, ZeRO stage and recompute published) are used.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import planner
+from planner.specs import Layout, ModelSpec, TrainingSpec
+
+__all__ = ["Run", "load_runs", "RUNS_PATH"]
+
+RUNS_PATH = Path(os.environ.get("PLANNER_RUNS", Path(__file__).resolve().parents[2] / "shared" / "calibration" / "published_runs.yaml"))
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    group: str
+    model: ModelSpec
+    cluster: object
+    training: TrainingSpec
+    layout: Layout
+    tokens_per_s_per_gpu: float | None
+    """None where the run went out of memory."""
+    peak_mem_bytes: float | None
+    oom: bool
+
+
+def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
+    nodes = max(1, num_gpus // gpn)
+    if gpu_type.startswith("A100-SXM-80GB"):
+        return planner.load_cluster("dgx-a100-80g", nodes=nodes)
+    if gpu_type.startswith("A100-SXM-40GB"):
+        return planner.load_cluster("dgx-a100-40g", nodes=nodes)
+    if gpu_type.startswith("H100"):
+        c = planner.load_cluster("dgx-h100", nodes=nodes)
+        for mem in ("96GB", "95GB"):  # HBM2e variants: same compute, more memory
+            if mem in gpu_type.replace(" ", ""):
+                gpu = c.gpu.model_copy(update={"memory": float(mem[:2]) * 1e9})
+                c = c.model_copy(update={"gpu": gpu})
+        return c
+    return None
+
+
+def _recompute(text: str | None) -> str | None:
+    if text is None:
+        return None
+    t = text.lower()
+    for mode in ("selective", "full", "none"):
+        if t.startswith(mode):
+            return mode
+    return None
+
+
+def _measured_tokens(row: dict) -> float | None:
+    meas, mod = row["measured"], row["model"]
+    if isinstance(meas.get("tokens_per_sec_per_gpu"), (int, float)):
+        return float(meas["tokens_per_sec_per_gpu"])
+    if meas.get("tflops_per_gpu") and row["source_group"] == "megatron_sc21_table1":
+        # Narayanan et al. 2021 Eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per step of B sequences
+        s, l, h, V = row["seq_len"], mod["n_layers"], mod["hidden_size"], mod["vocab_size"]
+        per_token = 96 * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+        return meas["tflops_per_gpu"] * 1e12 / per_token
+    return None
+
+
+def load_runs(path: Path = RUNS_PATH) -> list[Run]:
+    """Every usable row as a Run (BF16/FP16, complete layout, a catalogued GPU)."""
+    rows = yaml.safe_load(Path(path).read_text())
+    runs = []
+    for r in rows:
+        prec = (r.get("precision") or "").lower()
+        if not (prec.startswith(("bf16", "fp16", "amp_bf16")) or prec == "bf16"):
+            continue
+        rc = _recompute(r.get("recompute"))
+        par, mod = r["parallel"], r["model"]
+        if r.get("micro_batch") is None or r.get("zero_stage") is None or rc is None:
+            continue
+        tokens = _measured_tokens(r)
+        oom = bool(r["measured"].get("oom")) or r["measured"].get("tokens_per_sec_per_gpu") == "OOM"
+        cluster = _cluster_for(r["gpu_type"], r["num_gpus"], r["gpus_per_node"])
+        if (tokens is None and not oom) or cluster is None:
+            continue
+        llama = "llama" in r["model_name"].lower()
+        model = ModelSpec(
+            name=r["id"], family="llama" if llama else "gpt", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
+            num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads") if llama else None,
+            ffn_hidden_size=mod.get("ffn_hidden_size") or 4 * mod["hidden_size"], vocab_size=mod["vocab_size"],
+            max_position_embeddings=None if llama else r["seq_len"],
+        )
+        # 2021 Megatron had no flash attention (fused softmax kernels, eager storage)
+        attention = "eager" if r["source_group"] == "megatron_sc21_table1" else "flash"
+        training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"],
+                                precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype="fp32",
+                                attention=attention,
+                                kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused")
+        tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
+        layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
+                        micro_batch_size=r["micro_batch"], recompute=rc, vpp=par.get("vpp") or 1,
+                        sequence_parallel=bool(par.get("sequence_parallel")) and tp > 1)
+        mem = r["measured"].get("peak_mem_gib")
+        runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, tokens,
+                        mem * 2**30 if isinstance(mem, (int, float)) else None, oom))
+    return runs

@@ -1,0 +1,296 @@
+"""Step time of one training iteration, term by term, as pure functions of the specs and a layout.
+
+The step splits into three parts with disjoint inputs, so the CP-SAT search can tabulate them:
+    pipeline_time(layout without zero_stage)        compute, recompute, TP, CP, p2p, bubble
+    dp_time(layout without recompute)                exposed gradient/parameter collectives
+    optimizer_time(layout without recompute)         the memory-bound Adam step
+
+References:
+    [Narayanan21] Narayanan et al., SC21, arXiv:2104.04473: §2.2 bubble (p-1)/(v m), §3 FLOPs, §5.1.
+    [Korthikanti22] arXiv:2205.05198: §4.2 TP/SP communication, Eq. 7/8 model and hardware FLOPs.
+    [Rajbhandari20] ZeRO, arXiv:1910.02054 §7: ZeRO-3 moves 3 Psi, 1.5x data parallelism.
+    [MegatronFLOPs] Megatron-LM training.py num_floating_point_operations (GQA, SwiGLU terms).
+    [MegatronCP] Megatron-LM docs context_parallel.rst (ring exchange of K/V, overlapped with attention).
+    [HwRef] shared/reference/hardware-and-comm.md (GEMM efficiency by size §3, overlap §4.6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from planner._memo import memo
+from planner.comm import collective_time, p2p_time
+from planner.memory import stage_layers, stage_params
+from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.topology import group_placement, placement
+
+__all__ = [
+    "layer_gemm_flops",
+    "model_flops_per_token",
+    "gemm_efficiency",
+    "StageTime",
+    "PipelineTime",
+    "pipeline_time",
+    "dp_time",
+    "optimizer_time",
+    "training_flops",
+    "time_to_train_s",
+]
+
+FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
+ADAM_BYTES_TOUCHED = 32
+# ASSUMPTION: the Adam step reads and writes fp32 master, m and v (24 B), reads the grad (4 B) and
+# writes the bf16 weight (2 B), plus ~2 B of norm/clip passes: 32 bytes of HBM traffic per local param.
+
+
+def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of each GEMM of one layer on one GPU, for `tokens` tokens (2 FLOPs per MAC).
+
+    [MegatronFLOPs]: QKV h x (h + 2 h_kv), out-proj h x h, MLP 2 h f (GeLU) or 3 h f (SwiGLU).
+    """
+    h, f, hkv = model.hidden_size, model.ffn_hidden_size, model.kv_hidden
+    gemms = [2 * tokens * h * (h + 2 * hkv) / tp, 2 * tokens * h * h / tp]
+    if model.family == Family.GPT:
+        gemms += [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
+    else:
+        gemms += [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]  # fused gate||up, then down
+    return gemms
+
+
+def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
+    """Forward FLOPs of QK^T and PV on one GPU: 4 b s_q s_k h / tp, halved for a causal mask.
+
+    With CP each GPU holds s/cp queries against all s keys [MegatronCP].
+    ASSUMPTION: flash kernels skip fully masked blocks, so causal attention costs half (timing only;
+    MFU uses the unmasked count, as Megatron's formula does).
+    """
+    full = 4 * b * (s / cp) * s * model.hidden_size / tp
+    return full / 2 if causal else full
+
+
+def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
+    """Model FLOPs per trained token (forward + backward = 3x forward), no recompute.
+
+    Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
+    (unmasked attention), plus the logits 2 h V; everything x 3.
+    """
+    per_layer = sum(layer_gemm_flops(model, 1, 1)) + 4 * seq_length * model.hidden_size
+    logits = 2 * model.hidden_size * model.vocab_size
+    return 3 * (model.num_layers * per_layer + logits)
+
+
+@lru_cache(maxsize=64)
+def _eff_curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray]:
+    return np.log(np.array([p[0] for p in points])), np.array([p[1] for p in points])
+
+
+def gemm_efficiency(cluster: ClusterSpec, flops: float) -> float:
+    """Fraction of dense peak one GEMM of `flops` reaches: log-interpolated on the cluster's curve
+    (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]), clamped at its ends."""
+    xs, ys = _eff_curve(tuple(tuple(p) for p in cluster.calibration.gemm_efficiency))
+    return float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
+
+
+def _gemm_time(cluster: ClusterSpec, flops_list: list[float]) -> float:
+    peak = cluster.gpu.peak_bf16_flops
+    return sum(f / (peak * gemm_efficiency(cluster, f)) for f in flops_list)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds for one layer and one micro-batch on one GPU."""
+
+    fwd: float
+    bwd: float
+    attn_fwd: float
+    tp_fwd: float
+    tp_bwd: float
+    cp_fwd: float
+    cp_bwd: float
+
+
+def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> LayerTime:
+    return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
+                          layout.sequence_parallel)
+
+
+@memo()
+def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
+                   sequence_parallel: bool) -> LayerTime:
+    s = training.seq_length
+    cal, gpu = cluster.calibration, cluster.gpu
+    tokens = b * s / cp
+    gemm = _gemm_time(cluster, layer_gemm_flops(model, tokens, tp))
+    flash = training.attention == "flash"
+    attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
+    attn = attn_flops / (gpu.peak_bf16_flops * (cal.attention_efficiency if flash else gemm_efficiency(cluster, attn_flops)))
+    if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
+        attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;
+    # replicated across TP ranks unless sequence parallel shards them. (ASSUMPTION: calibrated count.)
+    passes = cal.elementwise_passes if training.kernels == "fused" else cal.elementwise_passes_unfused
+    elem = passes * 2 * tokens * model.hidden_size / (tp if sequence_parallel else 1)
+    elem_t = elem / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    fwd = gemm + attn + elem_t
+    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t
+    # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
+    # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2].
+    tp_fwd = tp_bwd = 0.0
+    if tp > 1:
+        group = placement(cluster, tp, 1)
+        nbytes = 2 * tokens * model.hidden_size
+        if sequence_parallel:
+            one = collective_time(cluster, group, "allgather", nbytes) + collective_time(cluster, group, "reducescatter", nbytes)
+        else:
+            one = collective_time(cluster, group, "allreduce", nbytes)
+        tp_fwd = tp_bwd = 2 * one * cal.tp_comm_exposed
+    # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
+    # the resident block; backward moves K/V and dK/dV [MegatronCP], [HwRef §4.7].
+    cp_fwd = cp_bwd = 0.0
+    if cp > 1:
+        group = placement(cluster, cp, tp)
+        kv_bytes = 2 * 2 * b * (s / cp) * model.kv_hidden / min(tp, model.kv_heads)
+        step = p2p_time(cluster, group.tier, kv_bytes)
+        attn_step = attn / cp
+        cp_fwd = (cp - 1) * max(0.0, step - attn_step)
+        cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd)
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """Seconds per micro-batch (forward + backward) on one pipeline stage."""
+
+    stage: int
+    layers: int
+    compute: float
+    recompute: float
+    tp_comm: float
+    cp_comm: float
+    p2p: float
+
+    @property
+    def total(self) -> float:
+        """All terms of the stage."""
+        return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.p2p
+
+
+@dataclass(frozen=True)
+class PipelineTime:
+    """The pipeline part of a step: m micro-batches through the slowest stage plus the bubble."""
+
+    stages: tuple[StageTime, ...]
+    num_microbatches: int
+    vpp: int
+
+    @property
+    def slowest(self) -> StageTime:
+        """The stage that sets the pace."""
+        return max(self.stages, key=lambda s: s.total)
+
+    @property
+    def bubble(self) -> float:
+        """(p - 1)/v slowest-stage micro-batch times [Narayanan21 §2.2.2]."""
+        return (len(self.stages) - 1) / self.vpp * self.slowest.total
+
+    @property
+    def total(self) -> float:
+        """m * t_slowest + bubble."""
+        return self.num_microbatches * self.slowest.total + self.bubble
+
+
+def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> PipelineTime:
+    """Compute, recompute, TP, CP and p2p time per stage, and the 1F1B pipeline built from them.
+
+    Reads every layout field except zero_stage (whose cost is in dp_time and optimizer_time).
+    """
+    lt = _layer_time(model, cluster, training, layout)
+    b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
+    m = training.global_batch_size // (layout.dp * b)
+    tokens = b * s / cp
+    layers = stage_layers(model, layout)
+    # logits GEMM forward + 2x backward on the last stage; the loss is negligible beside it
+    logits = 3 * _gemm_time(cluster, [2 * tokens * model.hidden_size * model.vocab_size / tp])
+    p2p = 0.0
+    if p > 1:  # one activation send forward and one gradient send backward per chunk [Narayanan21 §4.1]
+        # ASSUMPTION: sends are not hidden behind compute (Megatron overlaps only part of them).
+        act = 2 * tokens * model.hidden_size / (tp if layout.sequence_parallel else 1)
+        p2p = 2 * v * p2p_time(cluster, group_placement(cluster, layout, "pp").tier, act)
+    stages = []
+    for i, n in enumerate(layers):
+        compute = n * (lt.fwd + lt.bwd) + (logits if i == p - 1 else 0.0)
+        if layout.recompute == Recompute.SELECTIVE:
+            rc = n * lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
+        elif layout.recompute == Recompute.FULL:
+            n_rc = n if layout.recompute_num_layers is None else min(layout.recompute_num_layers, n)
+            rc = n_rc * (lt.fwd + lt.tp_fwd)  # a whole extra forward, TP collectives included
+        else:
+            rc = 0.0
+        stages.append(StageTime(i, n, compute, rc, n * (lt.tp_fwd + lt.tp_bwd), n * (lt.cp_fwd + lt.cp_bwd),
+                                p2p if p > 1 else 0.0))
+    return PipelineTime(tuple(stages), m, v)
+
+
+def _largest_stage(model: ModelSpec, layout: Layout, layers: list[int]) -> int:
+    params = [stage_params(model, layout, i, n) for i, n in enumerate(layers)]
+    return int(np.argmax(params))
+
+
+def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Exposed data-parallel communication of one step (seconds); reads no recompute field.
+
+    Grads are reduced over the dp x cp group. ZeRO 0: all-reduce; ZeRO 1/2: reduce-scatter of grads
+    + all-gather of bf16 weights (same 2 Psi volume); ZeRO 3: per micro-batch two weight all-gathers
+    (forward, backward) and a gradient reduce-scatter, 3 Psi [Rajbhandari20 §7]. Overlap: a fraction
+    dp_overlap of one micro-batch's compute hides the step's reduction (Megatron overlaps the grad
+    reduce with the last backward and the gather with the first forward, [HwRef §4.6]); ZeRO-3 hides
+    each micro-batch's gathers behind that micro-batch.
+    """
+    n = layout.dp * layout.cp
+    if n == 1:
+        return 0.0
+    layers = stage_layers(model, layout)
+    big = _largest_stage(model, layout, layers)
+    psi = stage_params(model, layout, big, layers[big])
+    grad_b = 2 if training.grad_dtype == "bf16" else 4
+    group = group_placement(cluster, layout, "dpcp")
+    window = cluster.calibration.dp_overlap * pipeline_compute_window(model, cluster, training, layout)
+    rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
+    ag = collective_time(cluster, group, "allgather", psi * 2)
+    if layout.zero_stage == 0:
+        return max(0.0, collective_time(cluster, group, "allreduce", psi * grad_b) - window)
+    if layout.zero_stage in (1, 2):
+        return max(0.0, rs + ag - window)
+    m = training.global_batch_size // (layout.dp * layout.micro_batch_size)
+    return m * max(0.0, 2 * ag + rs - window)
+
+
+def pipeline_compute_window(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Compute of one micro-batch (fwd + bwd, no recompute) on the stage with the most parameters."""
+    lt = _layer_time(model, cluster, training, layout)
+    layers = stage_layers(model, layout)
+    return layers[_largest_stage(model, layout, layers)] * (lt.fwd + lt.bwd)
+
+
+def optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """The Adam step: memory-bound over the parameters this GPU updates (sharded from ZeRO-1 on)."""
+    layers = stage_layers(model, layout)
+    psi = max(stage_params(model, layout, i, n) for i, n in enumerate(layers))
+    if layout.zero_stage >= 1:
+        psi /= layout.dp * layout.cp
+    gpu = cluster.gpu
+    return psi * ADAM_BYTES_TOUCHED / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
+
+
+def training_flops(num_params: float, tokens: float) -> float:
+    """6 N D: forward (2) + backward (4) FLOPs per parameter per token [Narayanan21 §5.1, 'Kaplan rule']."""
+    return 6.0 * num_params * tokens
+
+
+def time_to_train_s(total_flops: float, num_gpus: int, peak_flops: float, mfu: float) -> float:
+    """Seconds to execute `total_flops` on `num_gpus` GPUs at `mfu` of `peak_flops` each."""
+    return total_flops / (num_gpus * peak_flops * mfu)

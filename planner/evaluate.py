@@ -1,0 +1,183 @@
+"""evaluate(): the memory ledger and the step time of one layout, as a Plan."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.cost import (
+    PipelineTime,
+    dp_time,
+    model_flops_per_token,
+    optimizer_time,
+    pipeline_time,
+)
+from planner.memory import MemoryLedger, memory_ledger
+from planner.space import check_layout, num_microbatches
+from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.topology import group_placement
+
+__all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES", "STATIC_ITEMS"]
+
+TIME_UNIT_S = 1e-6  # the search's integer time unit (microseconds)
+MEM_UNIT_BYTES = 2**20  # the search's integer memory unit (MiB)
+STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather"})
+"""Ledger items that depend on the ZeRO stage; every other item depends on the rest of the layout."""
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One iteration's time, term by term (seconds)."""
+
+    pipeline: PipelineTime
+    dp_exposed: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """Seconds per step."""
+        return self.pipeline.total + self.dp_exposed + self.optimizer
+
+    @property
+    def objective_us(self) -> int:
+        """The search's integer objective: each part rounded up to whole microseconds.
+
+        Both the CP-SAT model and the enumerator rank by this number (or-tools #3639: no floats).
+        """
+        return _ceil_units(self.pipeline.total, TIME_UNIT_S) + _ceil_units(self.dp_exposed + self.optimizer, TIME_UNIT_S)
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds per term over the whole step (the slowest stage's terms x m, plus the bubble)."""
+        st, m = self.pipeline.slowest, self.pipeline.num_microbatches
+        return {
+            "compute": m * st.compute,
+            "recompute": m * st.recompute,
+            "tp_comm": m * st.tp_comm,
+            "cp_comm": m * st.cp_comm,
+            "pp_p2p": m * st.p2p,
+            "pp_bubble": self.pipeline.bubble,
+            "dp_comm": self.dp_exposed,
+            "optimizer": self.optimizer,
+        }
+
+
+def _ceil_units(value: float, unit: float) -> int:
+    # a relative epsilon keeps float noise (1.0000000001 units) from adding a unit
+    return math.ceil(value / unit - 1e-9)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A layout with its memory ledger and step time."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    layout: Layout
+    memory: MemoryLedger
+    time: StepTime
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def step_time_s(self) -> float:
+        """Seconds per optimizer step."""
+        return self.time.total
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs the layout occupies."""
+        return self.layout.world_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Global batch x sequence length."""
+        return self.training.global_batch_size * self.training.seq_length
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Training throughput, all GPUs."""
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: model FLOPs (no recompute, unmasked attention) over peak."""
+        flops = model_flops_per_token(self.model, self.training.seq_length) * self.tokens_per_second
+        return flops / (self.num_gpus * self.cluster.gpu.peak_bf16_flops)
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilisation: adds the recomputed forward FLOPs [Korthikanti22 Eq. 8]."""
+        extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: 0.0, Recompute.FULL: 1 / 3}[self.layout.recompute]
+        if self.layout.recompute == Recompute.FULL and self.layout.recompute_num_layers is not None:
+            extra *= min(1.0, self.layout.recompute_num_layers * self.layout.pp / self.model.num_layers)
+        if self.layout.recompute == Recompute.SELECTIVE:  # attention core: 4bs^2h of 72bsh^2(1 + s/6h) per layer
+            s, h = self.training.seq_length, self.model.hidden_size
+            extra = (s / (6 * h)) / (1 + s / (6 * h)) / 3
+        return self.mfu * (1 + extra)
+
+    @property
+    def fits(self) -> bool:
+        """Peak memory within the GPU, in the search's units (each part rounded up to MiB)."""
+        return self.memory_margin_units >= 0
+
+    @property
+    def memory_margin_units(self) -> int:
+        """Capacity minus the worst stage, in MiB as the search counts it (static and the rest each
+        rounded up, capacity rounded down)."""
+        cap = int(self.memory.capacity // MEM_UNIT_BYTES)
+        worst = 0
+        for st in self.memory.stages:
+            static = sum(i.bytes for i in st.items if i.name in STATIC_ITEMS)
+            rest = st.total - static
+            worst = max(worst, _ceil_units(static, MEM_UNIT_BYTES) + _ceil_units(rest, MEM_UNIT_BYTES))
+        return cap - worst
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        """Peak bytes per GPU (worst stage, overhead included)."""
+        return self.memory.peak_bytes
+
+    def time_to_train_s(self, tokens: float | None = None) -> float:
+        """Seconds to train `tokens` (default: the training spec's token budget)."""
+        tokens = tokens if tokens is not None else self.training.token_budget
+        if tokens is None:
+            raise ValueError("no token budget: pass tokens= or set TrainingSpec.token_budget")
+        return tokens / self.tokens_per_second
+
+
+def evaluate(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
+) -> Plan:
+    """Memory and step time of `layout`.
+
+    Args:
+        model, cluster, training: the problem.
+        layout: the parallel layout to price.
+        allow_idle: accept tp*pp*dp*cp < world size (idle GPUs).
+
+    Returns:
+        A Plan (memory ledger, step-time terms, throughput, MFU, warnings).
+
+    Raises:
+        InvalidLayout: the layout breaks a product or divisibility rule (with the arithmetic).
+    """
+    check_layout(model, cluster, training, layout, allow_idle=allow_idle)
+    warnings = []
+    tp_group = group_placement(cluster, layout, "tp")
+    if tp_group.tier == "scaleout":
+        warnings.append(f"tp({layout.tp}) leaves its NVLink domain ({cluster.nvlink_domain_size} GPUs): "
+                        "TP traffic is priced at the scale-out bandwidth")
+    led = memory_ledger(model, cluster, training, layout)
+    time = StepTime(
+        pipeline=pipeline_time(model, cluster, training, layout),
+        dp_exposed=dp_time(model, cluster, training, layout),
+        optimizer=optimizer_time(model, cluster, training, layout),
+    )
+    plan = Plan(model, cluster, training, layout, led, time)
+    if not plan.fits:
+        warnings.append(f"does not fit: peak {led.peak_bytes / 2**30:.1f} GiB on stage {led.peak_stage.stage} "
+                        f"> {led.capacity / 2**30:.1f} GiB")
+    if num_microbatches(training, layout) < layout.pp:
+        warnings.append(f"only {num_microbatches(training, layout)} micro-batches for pp({layout.pp}): "
+                        "the pipeline never fills")
+    return Plan(model, cluster, training, layout, led, time, tuple(warnings))

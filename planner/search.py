@@ -1,0 +1,447 @@
+"""CP-SAT search for the fastest layout that fits, with ranked alternatives and infeasibility answers.
+
+Model (section order as in the OR-Tools samples: model, variables, constraints, objective, solve):
+    shape  in S: (tp, pp, dp, cp, mbs, vpp, sp) tuples, legal by planner.space (product = world,
+           divisibility, NVLink: tp divides the NVLink domain, user and framework constraints)
+    split  : uneven first/last stage layers;  rc: recompute mode and recomputed layers per stage
+    zero   : ZeRO stage
+    q      : one (shape, split, rc) row of the pipeline table -> pipeline time, non-static memory
+    w      : one (shape, split, zero) row of the static table -> DP + optimizer time, static memory
+Memory: for the first, second and last stage (the only ones that can peak: middle stages hold
+fewer micro-batches than the second), non-static(q) + static(w) <= capacity, in MiB.
+Objective: pipeline(q) + dp_and_optimizer(w), integer microseconds. Every number in the tables comes
+from planner.cost / planner.memory, the functions evaluate() uses; every returned plan is
+re-evaluated and must reproduce the solver's objective exactly.
+Ties are broken by a second solve: lower peak memory, then the earlier candidate in the space's
+order (smaller tp, then cp, pp, micro-batch, ...; see planner.space.build_space).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from planner.cost import dp_time, optimizer_time, pipeline_time
+from planner.errors import PlannerError
+from planner.evaluate import MEM_UNIT_BYTES, STATIC_ITEMS, TIME_UNIT_S, Plan, _ceil_units, evaluate
+from planner.memory import stage_activation_items, stage_layers, stage_static_items, static_memory
+from planner.space import Shape, Space, build_space
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+__all__ = ["PlanResult", "Alternative", "Infeasibility", "plan", "build_tables", "Tables"]
+
+NUM_WORKERS = 8
+RANDOM_SEED = 0
+
+
+@dataclass
+class Tables:
+    """The integer tables the CP-SAT model reads (built from the shared cost and memory functions)."""
+
+    space: Space
+    splits: list[tuple[int | None, int | None]]
+    recomputes: list[tuple[str, int | None]]
+    pipe_rows: list[tuple[int, int, int]] = field(default_factory=list)  # (shape, split, rc)
+    pipe_us: list[int] = field(default_factory=list)
+    pipe_mib: list[tuple[int, int, int]] = field(default_factory=list)  # first, second, last stage
+    static_rows: list[tuple[int, int, int]] = field(default_factory=list)  # (shape, split, zero)
+    static_us: list[int] = field(default_factory=list)
+    static_mib: list[tuple[int, int, int]] = field(default_factory=list)
+    capacity_mib: int = 0
+
+
+def _slots(pp: int) -> tuple[int, int, int]:
+    return 0, min(1, pp - 1), pp - 1
+
+
+def _mib(items) -> int:
+    return _ceil_units(sum(i.bytes for i in items), MEM_UNIT_BYTES)
+
+
+def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space,
+                 *, prune: bool = True) -> Tables:
+    """Tabulate pipeline time and memory per (shape, split, rc), DP/optimizer time and static
+    memory per (shape, split, zero). With prune, rows that cannot fit on their own are dropped."""
+    splits = sorted({u for v in space.splits.values() for u in v}, key=lambda u: (u[0] is not None, u))
+    recs = sorted({r for v in space.recomputes.values() for r in v}, key=lambda r: (r[0] != "none", r[0], r[1] or 0))
+    split_idx = {u: i for i, u in enumerate(splits)}
+    rc_idx = {r: i for i, r in enumerate(recs)}
+    t = Tables(space, splits, recs, capacity_mib=int(cluster.gpu.memory // MEM_UNIT_BYTES))
+    cap = t.capacity_mib
+    for si, sh in enumerate(space.shapes):
+        for u in space.splits[(sh.pp, sh.vpp)]:
+            slots = _slots(sh.pp)
+            for z in space.zeros[sh.pp]:
+                lay = space.layouts(sh, u, ("none", None), z)
+                layers = stage_layers(model, lay)
+                mib = tuple(_mib(stage_static_items(model, training, lay, k, layers[k])) for k in slots)
+                if prune and max(mib) > cap:
+                    continue
+                t.static_rows.append((si, split_idx[u], z))
+                t.static_mib.append(mib)
+                t.static_us.append(_ceil_units(dp_time(model, cluster, training, lay)
+                                               + optimizer_time(model, cluster, training, lay), TIME_UNIT_S))
+            for r in space.recomputes[(sh.pp, sh.vpp)]:
+                lay = space.layouts(sh, u, r, 0)
+                layers = stage_layers(model, lay)
+                mib = tuple(_mib(stage_activation_items(model, cluster, training, lay, k, layers[k])) for k in slots)
+                if prune and max(mib) > cap:
+                    continue
+                t.pipe_rows.append((si, split_idx[u], rc_idx[r]))
+                t.pipe_mib.append(mib)
+                t.pipe_us.append(_ceil_units(pipeline_time(model, cluster, training, lay).total, TIME_UNIT_S))
+    return t
+
+
+@dataclass
+class _Handles:
+    x: list
+    """x[i] = 1 when pipeline row i is chosen."""
+    y: list
+    """y[j] = 1 when static row j is chosen."""
+    degrees: dict
+    objective: Any
+    peak: Any
+    rank: Any
+
+
+def _usable_rows(t: Tables, memory: bool) -> tuple[list[int], list[int]]:
+    """Rows that can be part of a fitting layout: their group has both kinds of row and, with
+    memory, each row fits beside the smallest row of the other kind in its group (a necessary
+    condition, so dropping the rest changes no optimum)."""
+    least_static: dict[tuple[int, int], list[int]] = {}
+    least_act: dict[tuple[int, int], list[int]] = {}
+    for (si, ui, _), mib in zip(t.static_rows, t.static_mib):
+        cur = least_static.setdefault((si, ui), list(mib))
+        least_static[(si, ui)] = [min(a, b) for a, b in zip(cur, mib)]
+    for (si, ui, _), mib in zip(t.pipe_rows, t.pipe_mib):
+        cur = least_act.setdefault((si, ui), list(mib))
+        least_act[(si, ui)] = [min(a, b) for a, b in zip(cur, mib)]
+    cap = t.capacity_mib
+    xs = [i for i, ((si, ui, _), mib) in enumerate(zip(t.pipe_rows, t.pipe_mib))
+          if (si, ui) in least_static and (not memory or all(a + b <= cap for a, b in zip(mib, least_static[(si, ui)])))]
+    ys = [j for j, ((si, ui, _), mib) in enumerate(zip(t.static_rows, t.static_mib))
+          if (si, ui) in least_act and (not memory or all(a + b <= cap for a, b in zip(mib, least_act[(si, ui)])))]
+    return xs, ys
+
+
+def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True) -> tuple[cp_model.CpModel, _Handles]:
+    """The CP-SAT model over the tables (see the module docstring).
+
+    One Boolean per table row; exactly one pipeline row and one static row are chosen, and they
+    must share their (shape, split) group. Time and per-stage memory are then linear in the
+    Booleans, which gives CP-SAT a tight LP relaxation.
+    """
+    m = cp_model.CpModel()
+    shapes = t.space.shapes
+    rows_x, rows_y = _usable_rows(t, memory)
+    # variables: one Boolean per usable row (None for rows that can never be chosen)
+    x: list = [None] * len(t.pipe_rows)
+    y: list = [None] * len(t.static_rows)
+    for i in rows_x:
+        x[i] = m.new_bool_var(f"x_{i}")
+    for j in rows_y:
+        y[j] = m.new_bool_var(f"y_{j}")
+    # constraints: one choice of each, linked through their (shape, split) group
+    m.add_exactly_one([x[i] for i in rows_x])
+    m.add_exactly_one([y[j] for j in rows_y])
+    groups: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+    for i in rows_x:
+        groups.setdefault(t.pipe_rows[i][:2], ([], []))[0].append(i)
+    for j in rows_y:
+        groups.setdefault(t.static_rows[j][:2], ([], []))[1].append(j)
+    for xs, ys in groups.values():
+        if not xs or not ys:  # a group with only one side can never be completed
+            for v in [x[i] for i in xs] + [y[j] for j in ys]:
+                m.add(v == 0)
+            continue
+        chosen = m.new_bool_var("")
+        m.add(sum(x[i] for i in xs) == chosen)
+        m.add(sum(y[j] for j in ys) == chosen)
+        if memory:  # per group: the chosen pair's stage memory within capacity (tight LP relaxation)
+            for k in range(3):
+                m.add(sum(t.pipe_mib[i][k] * x[i] for i in xs)
+                      + sum(t.static_mib[j][k] * y[j] for j in ys) <= t.capacity_mib * chosen)
+    # the degrees, as linear expressions of the choice (legal tuples come from planner.space:
+    # product = world, divisibility, and the NVLink rule tp | nvlink_domain_size)
+    degrees = {}
+    for name in ("tp", "pp", "dp", "cp", "mbs", "vpp"):
+        var = m.new_int_var(1, max(getattr(sh, name) for sh in shapes), name)
+        m.add(var == sum(getattr(shapes[t.pipe_rows[i][0]], name) * x[i] for i in rows_x))
+        degrees[name] = var
+    m.add(degrees["tp"] <= cluster.nvlink_domain_size)  # TP never leaves an NVLink domain
+    zero = m.new_int_var(0, 3, "zero")
+    m.add(zero == sum(t.static_rows[j][2] * y[j] for j in rows_y))
+    degrees["zero"] = zero
+    # memory of the first, second and last stage, in MiB (the per-group rows above bound it)
+    slots = [sum(t.pipe_mib[i][k] * x[i] for i in rows_x) + sum(t.static_mib[j][k] * y[j] for j in rows_y)
+             for k in range(3)]
+    peak = m.new_int_var(0, max(r[0] for r in t.pipe_mib) + max(max(r) for r in t.static_mib) + 3 * 2**20, "peak")
+    for expr in slots:
+        m.add(peak >= expr)
+    # objective: integer microseconds
+    objective = m.new_int_var(0, max(t.pipe_us) + max(t.static_us), "objective")
+    m.add(objective == sum(t.pipe_us[i] * x[i] for i in rows_x) + sum(t.static_us[j] * y[j] for j in rows_y))
+    rank = sum(4 * i * x[i] for i in rows_x) + zero
+    return m, _Handles(x, y, degrees, objective, peak, rank)
+
+
+def _solver(time_limit_s: float) -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    s.parameters.num_workers = NUM_WORKERS
+    s.parameters.random_seed = RANDOM_SEED
+    # The tables are small once presolved; deep probing costs more than it saves here (measured in
+    # benchmarks/solve.py: 2.7 s -> 1.0 s on Llama-3-70B / 64 H100).
+    s.parameters.cp_model_probing_level = 0
+    s.parameters.max_presolve_iterations = 1
+    return s
+
+
+def _chosen(solver: cp_model.CpSolver, h: _Handles) -> tuple[int, int]:
+    q = next(i for i, v in enumerate(h.x) if v is not None and solver.boolean_value(v))
+    w = next(j for j, v in enumerate(h.y) if v is not None and solver.boolean_value(v))
+    return q, w
+
+
+def _solve_lexicographic(m: cp_model.CpModel, h: _Handles, t: Tables, deadline: float):
+    """Minimise time; then, at that time, peak memory and the candidate order. Returns
+    (status, (q, w), objective, bound) or (status, None, None, None)."""
+    m.minimize(h.objective)
+    s = _solver(deadline - time.perf_counter())
+    st = s.solve(m)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return st, None, None, None
+    best, bound = int(s.objective_value), int(s.best_objective_bound)
+    qw = _chosen(s, h)
+    m2 = m.clone()
+    m2.add(h.objective <= best)
+    m2.add_hint(h.x[qw[0]], 1)
+    m2.add_hint(h.y[qw[1]], 1)
+    m2.minimize(h.peak * (4 * len(h.x) + 4) + h.rank)
+    s2 = _solver(deadline - time.perf_counter())
+    st2 = s2.solve(m2)
+    if st2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        qw = _chosen(s2, h)
+    status = cp_model.OPTIMAL if st == cp_model.OPTIMAL and st2 == cp_model.OPTIMAL else cp_model.FEASIBLE
+    return status, qw, best, bound
+
+
+def _to_plan(model, cluster, training, t: Tables, qw: tuple[int, int]) -> Plan:
+    si, ui, ri = t.pipe_rows[qw[0]]
+    z = t.static_rows[qw[1]][2]
+    lay = t.space.layouts(t.space.shapes[si], t.splits[ui], t.recomputes[ri], z)
+    return evaluate(model, cluster, training, lay)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """A structurally different option for review."""
+
+    label: str
+    plan: Plan | None
+    delta: float | None
+    """Step-time ratio to the best minus one (None when nothing fits)."""
+    binds: str
+    """What limits it: memory headroom, a rule, or nothing fitting."""
+
+
+@dataclass(frozen=True)
+class Infeasibility:
+    """The answer when nothing fits."""
+
+    min_peak_bytes: float
+    min_peak_plan: Plan | None
+    dominant_item: str
+    min_gpus_that_fit: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What plan() returns."""
+
+    status: str
+    """'optimal' (proven), 'feasible' (time limit hit; gap > 0) or 'infeasible'."""
+    best: Plan | None
+    alternatives: tuple[Plan, ...]
+    """The next-best distinct layouts, ranked (best excluded)."""
+    structural: tuple[Alternative, ...]
+    gap: float
+    solve_time_s: float
+    space_size: int
+    """Full candidate layouts the model ranges over."""
+    explanation: tuple[str, ...]
+    infeasibility: Infeasibility | None = None
+
+
+def _constraints(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _solve_space(model, cluster, training, space, time_limit_s, top_k):
+    """Best plus top_k - 1 alternatives; returns (status, plans, gap) or infeasible."""
+    deadline = time.perf_counter() + time_limit_s
+    t = build_tables(model, cluster, training, space)
+    if not t.pipe_rows or not t.static_rows:
+        return "infeasible", [], 0.0, t
+    m, h = _build(t, cluster)
+    plans, status, gap = [], "optimal", 0.0
+    for k in range(top_k):
+        st, qw, obj, bound = _solve_lexicographic(m, h, t, deadline)
+        if qw is None:
+            if k == 0:
+                status = "infeasible" if st == cp_model.INFEASIBLE else "feasible"
+            break
+        p = _to_plan(model, cluster, training, t, qw)
+        if p.time.objective_us != obj or not p.fits:
+            raise PlannerError(f"internal: the solver's plan re-evaluates to {p.time.objective_us} us "
+                               f"(solver {obj} us, fits={p.fits}); please report this")
+        if k == 0:
+            gap = (obj - bound) / obj if obj else 0.0
+            if st != cp_model.OPTIMAL:
+                status = "feasible"
+        plans.append(p)
+        m.add_bool_or([h.x[qw[0]].Not(), h.y[qw[1]].Not()])  # no-good: not this layout again
+    return status, plans, gap, t
+
+
+def plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    top_k: int = 5,
+    time_limit_s: float = 10.0,
+    framework: str | None = None,
+    allow_idle: bool = False,
+    structural: bool = True,
+    **constraints: Any,
+) -> PlanResult:
+    """Find the fastest layout that fits, proven optimal by CP-SAT, with ranked alternatives.
+
+    Args:
+        model, cluster, training: the problem.
+        top_k: how many distinct layouts to rank (the best included).
+        time_limit_s: CP-SAT wall-clock budget for the whole ranking.
+        framework: 'megatron', 'deepspeed', 'torchtitan' or None; restricts ZeRO stages.
+        allow_idle: allow tp*pp*dp*cp < world size.
+        structural: also report the best without PP, without recompute and on half the GPUs.
+        **constraints: fix a degree (tp=8), bound it (pp=(1, 8)) or list allowed values
+            (recompute=["none", "selective"]); keys: tp, pp, dp, cp, zero_stage, micro_batch_size,
+            recompute, vpp, sequence_parallel, uneven_stages.
+
+    Returns:
+        A PlanResult; status 'infeasible' carries an Infeasibility answer instead of raising.
+    """
+    if top_k < 1:
+        raise PlannerError(f"top_k must be >= 1, got {top_k}")
+    start = time.perf_counter()
+    cons = _constraints(constraints)
+    space = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle, constraints=cons)
+    if not space.shapes:
+        status, plans, gap = "infeasible", [], 0.0
+    else:
+        status, plans, gap, _ = _solve_space(model, cluster, training, space, time_limit_s, top_k)
+    solve_time = time.perf_counter() - start
+    if not plans:
+        inf = explain_infeasible(model, cluster, training, space, framework=framework, constraints=cons)
+        return PlanResult("infeasible", None, (), (), 0.0, solve_time, space.size(), (inf.message,), inf)
+    best = plans[0]
+    alts: list[Alternative] = []
+    if structural:
+        alts = _structural(model, cluster, training, best, framework, cons, time_limit_s)
+    return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, solve_time, space.size(),
+                      _explain(best, plans, status))
+
+
+def _binds(p: Plan) -> str:
+    head = p.memory_margin_units * MEM_UNIT_BYTES / p.memory.capacity
+    if head < 0.05:
+        return f"memory: {head:.1%} headroom on stage {p.memory.peak_stage.stage}"
+    return f"time: {head:.0%} memory headroom left"
+
+
+def _structural(model, cluster, training, best: Plan, framework, cons, time_limit_s) -> list[Alternative]:
+    out = []
+    variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster),
+                ("best without recomputation", dict(cons, recompute="none"), cluster)]
+    if cluster.num_nodes >= 2 and cluster.num_nodes % 2 == 0:
+        half = cluster.model_copy(update={"num_nodes": cluster.num_nodes // 2})
+        variants.append(("best on half the GPUs", cons, half))
+    for label, c, cl in variants:
+        if label.startswith("best without p") and best.layout.pp == 1 or \
+           label.startswith("best without r") and best.layout.recompute == "none":
+            out.append(Alternative(label, best, 0.0, "the best plan already qualifies"))
+            continue
+        try:
+            sp = build_space(model, cl, training, framework=framework, constraints=c)
+            status, plans, _, _ = _solve_space(model, cl, training, sp, time_limit_s / 3, 1) if sp.shapes else ("infeasible", [], 0, None)
+        except PlannerError as err:
+            out.append(Alternative(label, None, None, str(err)))
+            continue
+        if not plans:
+            out.append(Alternative(label, None, None, "nothing fits in memory under this restriction"))
+            continue
+        p = plans[0]
+        out.append(Alternative(label, p, p.step_time_s / best.step_time_s - 1, _binds(p)))
+    return out
+
+
+def _explain(best: Plan, plans: list[Plan], status: str) -> tuple[str, ...]:
+    m, c, lay = best.model, best.cluster, best.layout
+    static16 = static_memory(m.num_params, grad_dtype=best.training.grad_dtype).total
+    lines = [
+        f"static memory {static16 / 1e9:.0f} GB ({static16 / m.num_params:.0f} B/param) vs {c.gpu.memory / 1e9:.0f} GB "
+        f"per GPU: {'sharding or model parallelism needed' if static16 > c.usable_memory else 'fits unsharded'}",
+        f"chosen {lay.short()}: {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}, "
+        f"peak {best.peak_memory_bytes / 2**30:.1f} GiB of {c.gpu.memory / 2**30:.1f} GiB ({_binds(best)})",
+        f"TP {lay.tp} within the {c.nvlink_domain_size}-GPU NVLink domain",
+    ]
+    if lay.pp > 1:
+        bub = best.time.pipeline.bubble / best.step_time_s
+        lines.append(f"pipeline bubble {bub:.1%} of the step (pp {lay.pp}, vpp {lay.vpp}, "
+                     f"{best.time.pipeline.num_microbatches} micro-batches)")
+    if len(plans) > 1:
+        lines.append(f"runner-up {plans[1].layout.short()} is {plans[1].step_time_s / best.step_time_s - 1:+.1%}")
+    lines.append(f"status {status}")
+    return tuple(lines)
+
+
+def explain_infeasible(model, cluster, training, space: Space | None = None, *, framework=None,
+                       constraints=None, max_doublings: int = 8) -> Infeasibility:
+    """Smallest reachable peak memory (and its layout), the dominant ledger item, and the smallest
+    power-of-two multiple of the node count on which some layout fits."""
+    space = space or build_space(model, cluster, training, framework=framework, constraints=constraints)
+    min_plan, min_peak, dominant = None, math.inf, "n/a"
+    if space.shapes:
+        t = build_tables(model, cluster, training, space, prune=False)
+        m, h = _build(t, cluster, memory=False)
+        m.minimize(h.peak)
+        s = _solver(10.0)
+        if s.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            min_plan = _to_plan(model, cluster, training, t, _chosen(s, h))
+            min_peak = min_plan.peak_memory_bytes
+            dominant = min_plan.memory.peak_stage.dominant.name
+    fit_gpus = None
+    for k in range(1, max_doublings + 1):
+        bigger = cluster.model_copy(update={"num_nodes": cluster.num_nodes * 2**k})
+        sp = build_space(model, bigger, training, framework=framework, constraints=constraints)
+        if sp.shapes:
+            t = build_tables(model, bigger, training, sp)
+            if t.pipe_rows and t.static_rows:
+                m, h = _build(t, bigger)
+                if _solver(10.0).solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                    fit_gpus = bigger.world_size
+                    break
+    if min_plan is None:
+        msg = "no legal layout: the divisibility rules and constraints leave no candidate"
+    else:
+        msg = (f"nothing fits: the smallest peak any layout reaches is {min_peak / 2**30:.1f} GiB "
+               f"({min_plan.layout.short()}) > {cluster.gpu.memory / 2**30:.1f} GiB; dominated by {dominant}")
+    msg += f"; fits on {fit_gpus} GPUs" if fit_gpus else f"; nothing fits even on {cluster.world_size * 2**max_doublings} GPUs"
+    return Infeasibility(min_peak, min_plan, dominant, fit_gpus, msg)

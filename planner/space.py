@@ -1,0 +1,288 @@
+"""The legality rules of a layout, shared by evaluate, the CP-SAT search and the enumerator.
+
+Rules are those Megatron-LM enforces (shared/reference/launch-configs.md §2.2) plus the ones it
+leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its arithmetic.
+"""
+
+from __future__ import annotations
+
+from planner.errors import InvalidLayout
+from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec
+
+__all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors"]
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def num_microbatches(training: TrainingSpec, layout: Layout) -> int:
+    """m = global batch / (dp * micro-batch) (floor; check_layout requires exact division)."""
+    return training.global_batch_size // (layout.dp * layout.micro_batch_size)
+
+
+def layout_problems(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
+) -> list[str]:
+    """Every rule the layout breaks, each as one line with its arithmetic (empty when legal)."""
+    lay, bad = layout, []
+    tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
+    world, n = cluster.world_size, lay.world_size
+    prod = f"tp({tp})*pp({pp})*dp({dp})*cp({cp})={n}"
+    if allow_idle and n > world:
+        bad.append(f"{prod} > world_size({world})")
+    elif not allow_idle and n != world:
+        bad.append(f"{prod} != world_size({world})")
+    a, g, f, L = model.num_attention_heads, model.kv_heads, model.ffn_hidden_size, model.num_layers
+    if a % tp:
+        bad.append(f"num_attention_heads({a}) % tp({tp}) = {a % tp} != 0")
+    if g % tp and tp % g:
+        bad.append(f"num_kv_heads({g}) and tp({tp}): neither divides the other")
+    if f % tp:
+        bad.append(f"ffn_hidden_size({f}) % tp({tp}) = {f % tp} != 0")
+    gbs, mbs = training.global_batch_size, lay.micro_batch_size
+    if gbs % (dp * mbs):
+        bad.append(f"global_batch_size({gbs}) % (dp({dp})*micro_batch_size({mbs})) = {gbs % (dp * mbs)} != 0")
+    s = training.seq_length
+    if cp > 1 and s % (2 * cp):
+        bad.append(f"seq_length({s}) % (2*cp({cp})) = {s % (2 * cp)} != 0")
+    if cp > 1 and training.attention != "flash":
+        bad.append(f"cp({cp}) > 1 needs attention='flash'")
+    if lay.sequence_parallel:
+        if tp == 1:
+            bad.append("sequence_parallel needs tp > 1 (tp(1))")
+        elif (s // cp) % tp:
+            bad.append(f"(seq_length({s})/cp({cp})) % tp({tp}) = {(s // cp) % tp} != 0 (sequence parallel)")
+    if lay.recompute_num_layers is not None and lay.recompute != Recompute.FULL:
+        bad.append("recompute_num_layers is only for recompute='full'")
+    bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
+    if v > 1:
+        m = gbs // (dp * mbs) if dp * mbs else 0
+        if m < pp or m % pp:
+            bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
+    return bad
+
+
+def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | None) -> list[str]:
+    bad = []
+    if v > 1 and pp == 1:
+        bad.append(f"vpp({v}) > 1 needs pp > 1")
+    if first is None and last is None:
+        if L % pp:
+            bad.append(f"num_layers({L}) % pp({pp}) = {L % pp} != 0")
+        elif (L // pp) % v:
+            bad.append(f"layers per stage({L // pp}) % vpp({v}) = {(L // pp) % v} != 0")
+        return bad
+    if pp == 1:
+        return bad + ["uneven first/last stage layers need pp > 1"]
+    middle = pp - (first is not None) - (last is not None)
+    rest = L - (first or 0) - (last or 0)
+    if rest < 0 or (middle == 0 and rest != 0):
+        return bad + [f"first({first}) + last({last}) layers must equal num_layers({L}) with pp({pp})"]
+    if middle and (rest <= 0 or rest % middle):
+        return bad + [f"remaining layers({rest}) % middle stages({middle}) != 0"]
+    per = [x for x in (first, last, rest // middle if middle else None) if x is not None]
+    if any(x % v for x in per):
+        bad.append(f"stage layer counts {per} must each be divisible by vpp({v})")
+    return bad
+
+
+def check_layout(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
+) -> None:
+    """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
+    bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
+    if bad:
+        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InvalidLayout(f"invalid layout: {bad[0]}{more}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The candidate space: shared by the CP-SAT search and the exhaustive enumerator
+# ---------------------------------------------------------------------------------------------
+
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+from planner.errors import PlannerError  # noqa: E402
+
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+MAX_MICRO_BATCH = 8
+# ASSUMPTION: micro-batches above 8 sequences rarely raise GEMM efficiency further and only add
+# activation memory; a user can widen the range with micro_batch_size=(lo, hi).
+MIN_CP_CHUNK = 2048
+# ASSUMPTION: context parallelism is searched only while each rank keeps >= 2048 tokens of the
+# sequence; shorter chunks leave ring attention bound by its K/V exchange.
+UNEVEN_SPAN = 2
+# ASSUMPTION: uneven splits exist to relieve the stages that also carry the embedding or the loss,
+# so the first and last stages may hold up to UNEVEN_SPAN*vpp layers fewer than the average, never more.
+MAX_VPP = 8
+# ASSUMPTION: more than 8 virtual stages per rank multiplies p2p traffic for a bubble that is
+# already small; widen with vpp=(1, N).
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The structural part of a layout: degrees, micro-batch, interleaving, sequence parallel."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    mbs: int
+    vpp: int
+    sp: bool
+
+
+@dataclass(frozen=True)
+class Space:
+    """Every candidate the search may choose from, in a fixed (deterministic) order."""
+
+    shapes: tuple[Shape, ...]
+    splits: dict[tuple[int, int], tuple[tuple[int | None, int | None], ...]]
+    """(pp, vpp) -> legal (first, last) stage-layer options."""
+    recomputes: dict[tuple[int, int], tuple[tuple[str, int | None], ...]]
+    """(pp, vpp) -> (mode, recompute_num_layers) options."""
+    zeros: dict[int, tuple[int, ...]]
+    """pp -> ZeRO stages the target framework allows."""
+
+    def layouts(self, shape: Shape, split, rc, zero) -> Layout:
+        """The Layout of one candidate."""
+        return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
+                      vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
+                      last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero)
+
+    def size(self) -> int:
+        """Number of full candidate layouts."""
+        return sum(len(self.splits[(s.pp, s.vpp)]) * len(self.recomputes[(s.pp, s.vpp)]) * len(self.zeros[s.pp])
+                   for s in self.shapes)
+
+
+def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) -> bool:
+    if name not in constraints or constraints[name] is None:
+        return True
+    rule = constraints[name]
+    if isinstance(rule, tuple) and len(rule) == 2 and not isinstance(value, (bool, str)):
+        lo, hi = rule
+        return (lo is None or value >= lo) and (hi is None or value <= hi)
+    if isinstance(rule, (list, set, frozenset)):
+        return value in rule
+    return value == rule
+
+
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "zero_stage", "micro_batch_size", "recompute", "vpp",
+                   "sequence_parallel", "uneven_stages")
+
+
+def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
+    """ZeRO stages the target framework supports at this pipeline degree.
+
+    Megatron: 0, 1 (distributed optimizer) and 3 (Megatron-FSDP) -- ASSUMPTION: FSDP only with pp = 1;
+    DeepSpeed: ZeRO-2/3 are rejected with its pipeline engine (launch-configs.md §3.3);
+    torchtitan: FSDP2 (3) or plain replication (0). None: every stage.
+    """
+    if framework is None:
+        return (0, 1, 2, 3)
+    if framework == "megatron":
+        return (0, 1, 3) if pp == 1 else (0, 1)
+    if framework == "deepspeed":
+        return (0, 1, 2, 3) if pp == 1 else (0, 1)
+    return (0, 3)
+
+
+def _splits(L: int, pp: int, v: int, allow_uneven: bool) -> tuple[tuple[int | None, int | None], ...]:
+    out: list[tuple[int | None, int | None]] = []
+    if not _pipeline_problems(L, pp, v, None, None):
+        out.append((None, None))
+    if pp > 1 and allow_uneven:
+        avg = L // pp
+        lo = max(v, avg - UNEVEN_SPAN * v)
+        for first in range(lo, avg + 1):
+            for last in range(lo, avg + 1):
+                if (first, last) != (avg, avg) or (None, None) not in out:
+                    if not _pipeline_problems(L, pp, v, first, last) and (first, last) not in out:
+                        out.append((first, last))
+    return tuple(out)
+
+
+def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any]) -> tuple[tuple[str, int | None], ...]:
+    out: list[tuple[str, int | None]] = []
+    for mode in ("none", "selective", "full"):
+        if _allowed("recompute", mode, constraints):
+            out.append((mode, None))
+    if _allowed("recompute", "full", constraints) and v == 1:
+        per_stage = max(1, L // pp)
+        for n in sorted({per_stage // 4, per_stage // 2, 3 * per_stage // 4}):
+            if 0 < n < per_stage:
+                out.append(("full", n))
+    return tuple(out)
+
+
+def build_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    framework: str | None = None,
+    allow_idle: bool = False,
+    constraints: dict[str, Any] | None = None,
+) -> Space:
+    """Enumerate the legal candidates: the TP group stays inside an NVLink domain (hard), the
+    product and divisibility rules of check_layout hold, and user constraints are respected.
+
+    Raises:
+        PlannerError: an unknown framework or constraint name.
+    """
+    constraints = dict(constraints or {})
+    unknown = set(constraints) - set(CONSTRAINT_KEYS)
+    if unknown:
+        raise PlannerError(f"unknown constraint {sorted(unknown)[0]!r}; known: {', '.join(CONSTRAINT_KEYS)}")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    L, s, gbs = model.num_layers, training.seq_length, training.global_batch_size
+    world, domain = cluster.world_size, cluster.nvlink_domain_size
+    if "micro_batch_size" not in constraints:
+        constraints["micro_batch_size"] = (1, MAX_MICRO_BATCH)
+    # NVLink is a hard rule: aligned TP groups stay in one domain iff tp divides the domain size
+    tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
+    max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" else 1
+    cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
+    shapes = []
+    worlds = range(1, world + 1) if allow_idle else [world]
+    for n in worlds:
+        if allow_idle and world % n:
+            continue
+        for tp in tps:
+            for cp in cps:
+                if n % (tp * cp):
+                    continue
+                for pp in divisors(n // (tp * cp)):
+                    if not _allowed("pp", pp, constraints):
+                        continue
+                    dp = n // (tp * cp * pp)
+                    if not _allowed("dp", dp, constraints) or gbs % dp:
+                        continue
+                    for mbs in divisors(gbs // dp):
+                        if not _allowed("micro_batch_size", mbs, constraints):
+                            continue
+                        for v in ([d for d in divisors(L) if d <= MAX_VPP or "vpp" in constraints] if pp > 1 else [1]):
+                            if not _allowed("vpp", v, constraints):
+                                continue
+                            for sp in ((False, True) if tp > 1 else (False,)):
+                                if not _allowed("sequence_parallel", sp, constraints):
+                                    continue
+                                lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
+                                             sequence_parallel=sp)
+                                probs = [p for p in layout_problems(model, cluster, training, lay, allow_idle=allow_idle)
+                                         if not p.startswith(("num_layers(", "layers per stage", "stage layer counts"))]
+                                if not probs and _splits(L, pp, v, _allowed("uneven_stages", True, constraints)):
+                                    shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
+    allow_uneven = _allowed("uneven_stages", True, constraints)
+    keys = {(sh.pp, sh.vpp) for sh in shapes}
+    splits = {k: _splits(L, k[0], k[1], allow_uneven) for k in keys}
+    recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
+    zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
+             for pp in {sh.pp for sh in shapes}}
+    return Space(tuple(shapes), splits, recomputes, zeros)

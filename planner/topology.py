@@ -1,0 +1,101 @@
+"""The cluster as a networkx graph, and the tier, sharing and bandwidth of each parallel group.
+
+Ranks are laid out in Megatron's default order tp-cp-dp-pp, innermost first
+(launch-configs.md §2.1, '--use-tp-pp-dp-mapping' changes it), so rank r sits on GPU r.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from planner.specs import ClusterSpec, Layout
+
+__all__ = ["AXES", "cluster_graph", "GroupPlacement", "group_placement", "axis_stride", "placement"]
+
+AXES = ("tp", "cp", "dp", "pp")  # innermost first (Megatron's tp-cp-ep-dp-pp without ep)
+
+
+def cluster_graph(cluster: ClusterSpec) -> nx.Graph:
+    """GPUs joined to their NVLink switch (one per domain) and to their node's NICs; NICs to the fabric.
+
+    Edge attribute `bw` is bytes/s (ring busbw on NVLink, one NIC's busbw on the network).
+    """
+    return _graph(cluster.name, cluster.world_size, cluster.gpus_per_node, cluster.nvlink_domain_size,
+                  cluster.nvlink.ring_busbw, cluster.scaleout.nics_per_node, cluster.scaleout.nic_busbw)
+
+
+@lru_cache(maxsize=64)
+def _graph(name, world, gpn, domain, nvl_bw, nics, nic_bw) -> nx.Graph:
+    g = nx.Graph(name=name)
+    g.add_node("fabric", kind="fabric")
+    for gpu in range(world):
+        node, dom = gpu // gpn, gpu // domain
+        g.add_node(("gpu", gpu), kind="gpu", node=node, domain=dom)
+        g.add_edge(("gpu", gpu), ("nvswitch", dom), bw=nvl_bw, tier="nvlink")
+        nic = ("nic", node, (gpu % gpn) * nics // gpn)  # rail-optimised: NICs spread over the GPUs
+        g.add_edge(("gpu", gpu), nic, bw=nic_bw, tier="scaleout")
+        g.add_edge(nic, "fabric", bw=nic_bw, tier="scaleout")
+    return g
+
+
+def axis_stride(layout: Layout, axis: str) -> int:
+    """Rank distance between neighbours of a group on `axis`."""
+    stride = 1
+    for ax in AXES:
+        if ax == axis:
+            return stride
+        stride *= getattr(layout, ax)
+    raise ValueError(f"unknown axis {axis!r}")
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """Where one group of an axis lives."""
+
+    size: int
+    """GPUs in the group."""
+    tier: str
+    """'local' (size 1), 'nvlink' (inside one NVLink domain) or 'scaleout' (crosses domains)."""
+    per_node: int
+    """Members of the group on the same node (they share that node's NICs)."""
+    nics_per_gpu: float
+    """Share of the node's NICs each member can drive (concurrent groups use the others)."""
+
+
+def group_placement(cluster: ClusterSpec, layout: Layout, axis: str) -> GroupPlacement:
+    """Tier and NIC sharing of the groups of `axis` (all groups of an axis are alike).
+
+    `axis` is one of AXES, or 'dpcp': the data-parallel x context-parallel group over which Megatron
+    reduces gradients (cp sits just inside dp, so the two form one contiguous group).
+    """
+    if axis == "dpcp":
+        size, stride = layout.dp * layout.cp, layout.tp
+    else:
+        size, stride = getattr(layout, axis), axis_stride(layout, axis)
+    return placement(cluster, size, stride)
+
+
+def placement(cluster: ClusterSpec, size: int, stride: int) -> GroupPlacement:
+    """Tier and NIC sharing of a group of `size` ranks spaced `stride` apart (the one holding rank 0)."""
+    return _placement(cluster.name, cluster.world_size, cluster.gpus_per_node, cluster.nvlink_domain_size,
+                      cluster.nvlink.ring_busbw, cluster.scaleout.nics_per_node, cluster.scaleout.nic_busbw,
+                      size, stride)
+
+
+@lru_cache(maxsize=4096)
+def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, size, stride) -> GroupPlacement:
+    if size == 1:
+        return GroupPlacement(1, "local", 1, nics / gpn)
+    members = [k * stride for k in range(size)]  # the group holding rank 0
+    if members[-1] >= world:  # layout larger than the cluster: price it as crossing the fabric
+        return GroupPlacement(size, "scaleout", 1, nics / gpn)
+    g = _graph(name, world, gpn, domain, nvl_bw, nics, nic_bw)
+    path = nx.shortest_path(g, ("gpu", members[0]), ("gpu", members[-1]))
+    switches = {g.nodes[("gpu", r)]["domain"] for r in members}
+    tier = "nvlink" if len(switches) == 1 and "fabric" not in path else "scaleout"
+    nodes = [g.nodes[("gpu", r)]["node"] for r in members]
+    per_node = max(nodes.count(n) for n in set(nodes))
+    return GroupPlacement(size, tier, per_node, nics / gpn)
