@@ -1,0 +1,193 @@
+"""Cost-model terms against hand-worked numbers, paper formulas and direction checks."""
+
+import math
+
+import pytest
+
+import planner
+from planner.comm import busbw, collective_time
+from planner.cost import (
+    dp_time,
+    model_flops_per_token,
+    time_to_train_s,
+    training_flops,
+)
+from planner.errors import InvalidLayout
+from planner.evaluate import evaluate
+from planner.space import layout_problems
+from planner.specs import Layout, TrainingSpec
+from planner.topology import group_placement, placement
+
+DAY, YEAR = 86400, 365.25 * 86400
+
+
+def test_seed_compute_arithmetic():
+    """70B params x 1T tokens: 6ND = 4.2e23 FLOPs; 1 GPU at 1e15 FLOP/s, 50 % MFU: 8.4e8 s = 26.6
+    years; 1024 GPUs: 9.5 days (the seed's worked example)."""
+    flops = training_flops(70e9, 1e12)
+    assert flops == pytest.approx(4.2e23)
+    one = time_to_train_s(flops, 1, 1e15, 0.5)
+    assert one == pytest.approx(8.4e8)
+    assert one / YEAR == pytest.approx(26.6, abs=0.05)
+    assert time_to_train_s(flops, 1024, 1e15, 0.5) / DAY == pytest.approx(9.5, abs=0.05)
+
+
+def test_plan_time_to_train_uses_throughput():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096, token_budget=1e12)
+    p = evaluate(m, c, tr, Layout(dp=8, zero_stage=1, micro_batch_size=1, recompute="selective"))
+    assert p.time_to_train_s() == pytest.approx(1e12 / p.tokens_per_second)
+
+
+def test_model_flops_korthikanti_eq7():
+    """GPT with f = 4h: 72 L h^2 (1 + s/6h + V/(12 h L)) FLOPs per token (Korthikanti 2022 Eq. 7 / (B s))."""
+    m = planner.load_model("gpt3-175b")
+    L, h, V, s = 96, 12288, 50257, 2048
+    assert model_flops_per_token(m, s) == pytest.approx(72 * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L)))
+
+
+def test_model_flops_llama_megatron_formula():
+    """Megatron's num_floating_point_operations per token, with the unmasked attention term:
+    12 L h^2 [(1 + g/a + s/h) + 1.5 f/h] + 6 h V  (GQA, SwiGLU; q_proj = h)."""
+    m = planner.load_model("llama3-70b")
+    L, h, a, g, f, V, s = 80, 8192, 64, 8, 28672, 128256, 8192
+    expected = 12 * L * h**2 * ((1 + g / a + s / h) + 1.5 * f / h) + 6 * h * V
+    assert model_flops_per_token(m, s) == pytest.approx(expected)
+
+
+def test_allreduce_time_by_hand():
+    """8-GPU NVLS all-reduce of 1 GiB on DGX H100: busbw = 480 GB/s x (466/479) (the measured
+    curve at 1 GiB); t = 25 us + 2 * 7/8 * S / busbw (nccl-tests PERFORMANCE.md)."""
+    c = planner.load_cluster("dgx-h100")
+    g = placement(c, 8, 1)
+    S = 2**30
+    bw = 480e9 * 466 / 479
+    assert busbw(c, g, "allreduce", S) == pytest.approx(bw)
+    assert collective_time(c, g, "allreduce", S) == pytest.approx(25e-6 + 2 * 7 / 8 * S / bw)
+    # all-gather uses the ring busbw (370 GB/s) and (n-1)/n
+    assert collective_time(c, g, "allgather", S) == pytest.approx(25e-6 + 7 / 8 * S / (370e9 * 466 / 479))
+
+
+def test_scaleout_group_gets_one_nic_per_member_per_node():
+    """DP groups with one member per node (TP = 8 fills each node) ride one 47 GB/s rail each."""
+    c = planner.load_cluster("dgx-h100", nodes=4)
+    g = group_placement(c, Layout(tp=8, dp=4), "dp")
+    assert (g.tier, g.per_node) == ("scaleout", 1)
+    assert busbw(c, g, "allreduce", 8 * 2**30) == pytest.approx(47e9)
+    # a pure-DP ring spanning 4 nodes has 8 members per node: min(370, 8 x 47) GB/s
+    g8 = group_placement(c, Layout(dp=32), "dp")
+    assert busbw(c, g8, "allreduce", 8 * 2**30) == pytest.approx(370e9)
+
+
+def test_tp_forced_across_nodes_is_much_slower_and_warned():
+    m = planner.load_model("llama2-70b")  # 64 heads, 8 kv heads: tp 16 is legal in shape terms
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    tr = TrainingSpec(global_batch_size=16, seq_length=4096)
+    inside = evaluate(m, c, tr, Layout(tp=8, dp=2, zero_stage=1, recompute="full"))
+    across = evaluate(m, c, tr, Layout(tp=16, dp=1, zero_stage=1, recompute="full"))
+    per_layer_in = inside.time.breakdown()["tp_comm"] / (2 * 80)
+    per_layer_out = across.time.breakdown()["tp_comm"] / 80
+    assert per_layer_out > 3 * per_layer_in
+    assert any("NVLink domain" in w for w in across.warnings)
+    assert not any("NVLink domain" in w for w in inside.warnings)
+
+
+def test_bubble_is_p_minus_1_over_v_m():
+    """Narayanan 2021 §2.2: bubble / ideal = (p - 1)/(v m)."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    for gbs, v in [(8, 1), (32, 1), (8, 2), (32, 4)]:
+        tr = TrainingSpec(global_batch_size=gbs, seq_length=4096)
+        p = evaluate(m, c, tr, Layout(pp=4, dp=2, vpp=v))
+        pipe = p.time.pipeline
+        ideal = pipe.num_microbatches * pipe.slowest.total
+        assert pipe.bubble / ideal == pytest.approx(3 / (v * pipe.num_microbatches))
+
+
+def test_bubble_shrinks_as_microbatches_grow():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    fractions = []
+    for gbs in (8, 16, 64, 256):
+        p = evaluate(m, c, TrainingSpec(global_batch_size=gbs, seq_length=4096), Layout(pp=4, dp=2))
+        fractions.append(p.time.pipeline.bubble / p.step_time_s)
+    assert fractions == sorted(fractions, reverse=True)
+
+
+def test_interleaving_helps_at_small_m():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)  # m = 4 = pp
+    plain = evaluate(m, c, tr, Layout(pp=4, dp=2))
+    inter = evaluate(m, c, tr, Layout(pp=4, dp=2, vpp=4))
+    assert inter.step_time_s < plain.step_time_s
+
+
+def test_zero3_moves_1_5x_the_data_of_zero1():
+    """ZeRO paper §7: ZeRO-3 moves 3 Psi against 2 Psi for ZeRO-1 (bf16 grads, no overlap, m = 1)."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=4)
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096, grad_dtype="bf16")
+    z1 = dp_time(m, c, tr, Layout(dp=32, zero_stage=1))
+    z3 = dp_time(m, c, tr, Layout(dp=32, zero_stage=3))
+    assert z3 / z1 == pytest.approx(1.5, rel=0.02)  # latency terms are < 2 % at these sizes
+
+
+def test_zero3_costs_more_than_zero1_at_equal_headroom():
+    """With the same layout (so the same activation headroom), ZeRO-3 is never cheaper in time."""
+    m = planner.load_model("llama3-70b")
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    t1 = evaluate(m, c, tr, Layout(tp=8, dp=8, zero_stage=1, recompute="full"))
+    t3 = evaluate(m, c, tr, Layout(tp=8, dp=8, zero_stage=3, recompute="full"))
+    assert t3.time.dp_exposed > t1.time.dp_exposed
+    assert t3.peak_memory_bytes < t1.peak_memory_bytes
+
+
+@pytest.mark.parametrize("layout,message", [
+    (Layout(tp=8, pp=4, dp=3), "tp(8)*pp(4)*dp(3)*cp(1)=96 != world_size(64)"),
+    (Layout(tp=3, dp=21, pp=1), "num_attention_heads(64) % tp(3) = 1 != 0"),
+    (Layout(pp=3, dp=21, tp=1), "num_layers(80) % pp(3) = 2 != 0"),
+    (Layout(pp=4, dp=16, vpp=3), "layers per stage(20) % vpp(3) = 2 != 0"),
+    (Layout(pp=4, dp=16, first_stage_layers=18, last_stage_layers=17), "remaining layers(45) % middle stages(2) != 0"),
+    (Layout(dp=64, micro_batch_size=3), "global_batch_size(128) % (dp(64)*micro_batch_size(3)) = 128 != 0"),
+    (Layout(dp=64, sequence_parallel=True), "sequence_parallel needs tp > 1 (tp(1))"),
+    (Layout(pp=4, dp=16, vpp=2, micro_batch_size=4), "interleaved schedule: num_microbatches(2) must be a multiple of pp(4)"),
+])
+def test_invalid_layout_messages_show_the_arithmetic(layout, message):
+    m = planner.load_model("llama3-70b")
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    tr = TrainingSpec(global_batch_size=128, seq_length=4096)
+    with pytest.raises(InvalidLayout, match="^invalid layout: "):
+        evaluate(m, c, tr, layout)
+    assert message in layout_problems(m, c, tr, layout)
+
+
+def test_legal_layouts_pass():
+    m = planner.load_model("llama3-70b")
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    tr = TrainingSpec(global_batch_size=128, seq_length=4096)
+    for lay in (Layout(dp=16, cp=4), Layout(tp=8, dp=8, sequence_parallel=True), Layout(tp=16, dp=4),
+                Layout(tp=8, pp=4, dp=2, vpp=5), Layout(tp=8, pp=4, dp=2, first_stage_layers=19, last_stage_layers=19)):
+        assert layout_problems(m, c, tr, lay) == []
+
+
+def test_kv_heads_rule():
+    """Megatron: num_query_groups % tp == 0 or tp % num_query_groups == 0."""
+    m = planner.ModelSpec(name="m", family="llama", num_layers=4, hidden_size=1536, num_attention_heads=24,
+                          num_kv_heads=6, ffn_hidden_size=4096, vocab_size=32000)
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=8, seq_length=1024)
+    assert "num_kv_heads(6) and tp(4): neither divides the other" in layout_problems(m, c, tr, Layout(tp=4, dp=2))
+    assert layout_problems(m, c, tr, Layout(tp=2, dp=4)) == []
+
+
+def test_invalid_cp_and_sp_rules():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    with pytest.raises(InvalidLayout, match=r"seq_length\(4098\) % \(2\*cp\(4\)\) = 2 != 0"):
+        evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4098), Layout(dp=2, cp=4))
+    with pytest.raises(InvalidLayout, match=r"\(seq_length\(4100\)/cp\(1\)\) % tp\(8\) = 4 != 0"):
+        evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4100), Layout(tp=8, sequence_parallel=True))

@@ -1,0 +1,198 @@
+"""The CP-SAT search: equal to the exhaustive enumerator, the seed's decision tree, and answers
+when nothing fits."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import planner
+from planner.evaluate import evaluate
+from planner.memory import memory_ledger
+from planner.oracle import enumerate_plans
+from planner.search import plan
+from planner.space import layout_problems
+from planner.specs import ModelSpec, TrainingSpec
+from planner.topology import group_placement
+
+
+def independent_recheck(p):
+    """Re-derive feasibility without the search: legal rules, NVLink, and every stage's ledger
+    (float bytes, no rounding) within GPU memory."""
+    assert layout_problems(p.model, p.cluster, p.training, p.layout) == []
+    assert group_placement(p.cluster, p.layout, "tp").tier in ("local", "nvlink")
+    assert p.cluster.nvlink_domain_size % p.layout.tp == 0
+    led = memory_ledger(p.model, p.cluster, p.training, p.layout)
+    assert all(s.total <= p.cluster.gpu.memory for s in led.stages)
+
+
+@st.composite
+def instances(draw):
+    family = draw(st.sampled_from(["gpt", "llama"]))
+    heads = draw(st.sampled_from([4, 8, 16]))
+    head_dim = draw(st.sampled_from([64, 128]))
+    h = heads * head_dim
+    kv = heads if family == "gpt" else draw(st.sampled_from([d for d in (1, 2, 4, heads) if heads % d == 0]))
+    layers = draw(st.sampled_from([2, 4, 6, 8, 12]))
+    ffn = 4 * h if family == "gpt" else 64 * ((8 * h // 3 + 63) // 64)
+    seq = draw(st.sampled_from([512, 1024, 2048, 4096, 8192]))
+    model = ModelSpec(name="h", family=family, num_layers=layers, hidden_size=h, num_attention_heads=heads,
+                      num_kv_heads=kv, ffn_hidden_size=ffn, vocab_size=draw(st.sampled_from([8192, 32000])),
+                      max_position_embeddings=seq if family == "gpt" else None)
+    gpn = draw(st.sampled_from([2, 4, 8]))
+    nodes = draw(st.sampled_from([1, 2])) if gpn < 8 else 1
+    base = draw(st.sampled_from(["dgx-h100", "dgx-a100-80g"]))
+    # small memories so that memory binds: 1.5 .. 24 GB
+    mem = draw(st.sampled_from([1.5e9, 3e9, 6e9, 12e9, 24e9]))
+    cluster = planner.load_cluster(base, nodes=nodes, gpus_per_node=gpn, nvlink_domain_size=gpn, memory_overhead="0.25 GB")
+    cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": mem})})
+    gbs = draw(st.sampled_from([4, 8, 16, 32]))
+    training = TrainingSpec(global_batch_size=gbs, seq_length=seq,
+                            grad_dtype=draw(st.sampled_from(["bf16", "fp32"])))
+    framework = draw(st.sampled_from([None, "megatron", "deepspeed"]))
+    return model, cluster, training, framework
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_cpsat_equals_enumerator(inst):
+    model, cluster, training, framework = inst
+    result = plan(model, cluster, training, top_k=1, structural=False, framework=framework)
+    ranked = enumerate_plans(model, cluster, training, framework=framework)
+    if not ranked:
+        assert result.status == "infeasible" and result.best is None
+        return
+    assert result.status == "optimal"
+    assert result.best.time.objective_us == ranked[0].time.objective_us
+    # ties are broken the same way (peak memory, then the space's order), so the layouts agree too
+    assert result.best.layout == ranked[0].layout
+    independent_recheck(result.best)
+
+
+def test_topk_alternatives_match_enumerator_ranking():
+    model = planner.load_model("llama3-8b")
+    cluster = planner.load_cluster("dgx-h100", nodes=1)
+    cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": 40e9})})
+    training = TrainingSpec(global_batch_size=16, seq_length=4096)
+    result = plan(model, cluster, training, top_k=6, structural=False)
+    got = [result.best, *result.alternatives]
+    ranked = enumerate_plans(model, cluster, training)
+    assert [p.time.objective_us for p in got] == [p.time.objective_us for p in ranked[:6]]
+    assert len({p.layout for p in got}) == 6
+    for p in got:
+        independent_recheck(p)
+        assert p.time.objective_us == evaluate(p.model, p.cluster, p.training, p.layout).time.objective_us
+
+
+def test_deterministic():
+    model, cluster = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    training = TrainingSpec(global_batch_size=128, seq_length=4096)
+    a = plan(model, cluster, training, top_k=3, structural=False)
+    b = plan(model, cluster, training, top_k=3, structural=False)
+    assert [p.layout for p in (a.best, *a.alternatives)] == [p.layout for p in (b.best, *b.alternatives)]
+
+
+# ---- the seed's decision tree -------------------------------------------------------------------
+
+def test_small_model_is_pure_data_parallel():
+    """1.3B on 8 H100: 21 GB of static memory fits one GPU, so no model parallelism."""
+    r = plan(planner.load_model("gpt3-1.3b"), planner.load_cluster("dgx-h100"),
+             TrainingSpec(global_batch_size=256, seq_length=2048), top_k=1, structural=False)
+    lay = r.best.layout
+    assert (lay.tp, lay.pp, lay.cp, lay.dp) == (1, 1, 1, 8)
+
+
+def test_7b_needs_sharding_not_tp():
+    """7B: 112 GB static (16 B/param) > 80 GB, so the state must be sharded; ZeRO over 8 GPUs
+    is enough and TP is not needed."""
+    m = planner.load_model("llama2-7b")
+    r = plan(m, planner.load_cluster("dgx-h100"), TrainingSpec(global_batch_size=256, seq_length=4096, grad_dtype="bf16"),
+             top_k=1, structural=False)
+    lay = r.best.layout
+    assert planner.static_memory(m.num_params).total > 80e9
+    assert lay.zero_stage >= 1 and lay.tp == 1 and lay.pp == 1
+
+
+def test_70b_on_64_h100_uses_tp_in_node_plus_pp_or_zero3():
+    r = plan(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8),
+             TrainingSpec(global_batch_size=256, seq_length=4096), top_k=1, structural=False)
+    lay = r.best.layout
+    assert 1 < lay.tp <= 8
+    assert lay.pp > 1 or lay.zero_stage == 3
+
+
+@pytest.mark.parametrize("seq,expect_cp", [(8192, False), (131072, True)])
+def test_405b_on_16384_h100(seq, expect_cp):
+    """seq 8192: TP = 8 with PP > 1 (as NVIDIA's and Meta's runs); seq 131072: context parallel."""
+    r = plan(planner.load_model("llama3.1-405b"), planner.load_cluster("dgx-h100", nodes=2048),
+             TrainingSpec(global_batch_size=2048 if seq == 8192 else 128, seq_length=seq), top_k=1, structural=False)
+    lay = r.best.layout
+    assert r.status == "optimal"
+    assert lay.tp <= 8
+    if expect_cp:
+        assert lay.cp > 1
+    else:
+        assert lay.tp == 8 and lay.pp > 1
+
+
+def test_tp_never_leaves_nvlink_domain():
+    r = plan(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=2),
+             TrainingSpec(global_batch_size=16, seq_length=4096), tp=16, top_k=1, structural=False)
+    assert r.status == "infeasible"  # tp 16 would cross nodes: no candidate at all
+
+
+def test_tp72_allowed_on_gb200_nvl72():
+    # Llama-3.1-405B's 128 heads are not divisible by 72; use a model whose 72 heads are
+    m = ModelSpec(name="m", family="llama", num_layers=32, hidden_size=9216, num_attention_heads=72,
+                  num_kv_heads=72, ffn_hidden_size=36864, vocab_size=32000)
+    r = plan(m, planner.load_cluster("gb200-nvl72", nodes=18), TrainingSpec(global_batch_size=16, seq_length=4096),
+             tp=72, top_k=1, structural=False)
+    assert r.status == "optimal" and r.best.layout.tp == 72
+    assert group_placement(r.best.cluster, r.best.layout, "tp").tier == "nvlink"
+
+
+# ---- infeasible answers, alternatives, constraints ---------------------------------------------
+
+def test_infeasible_is_an_answer():
+    r = plan(planner.load_model("llama3.1-405b"), planner.load_cluster("dgx-h100", nodes=1),
+             TrainingSpec(global_batch_size=8, seq_length=8192), top_k=1)
+    assert r.status == "infeasible" and r.best is None
+    inf = r.infeasibility
+    assert inf.min_peak_bytes > 80e9
+    # 405B needs at least 405.85e9 * 16 / 80e9 = 81 GPUs for its static state alone
+    assert inf.min_gpus_that_fit is not None and inf.min_gpus_that_fit >= 81
+    assert inf.dominant_item in ("weights", "optimizer", "gradients", "activations", "logits")
+    assert "fits on" in inf.message
+
+
+def test_structural_alternatives():
+    r = plan(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8),
+             TrainingSpec(global_batch_size=128, seq_length=4096), top_k=3)
+    labels = [a.label for a in r.structural]
+    assert labels == ["best without pipeline parallelism", "best without recomputation", "best on half the GPUs"]
+    for a in r.structural:
+        if a.plan is not None:
+            assert a.delta >= -1e-9 or a.label == "best on half the GPUs"
+    half = r.structural[2]
+    if half.plan is not None:
+        assert half.plan.num_gpus == 32
+
+
+def test_user_constraints_are_respected():
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    tr = TrainingSpec(global_batch_size=128, seq_length=4096)
+    r = plan(m, c, tr, top_k=2, structural=False, tp=4, pp=(2, 4), recompute=["selective", "full"])
+    for p in (r.best, *r.alternatives):
+        assert p.layout.tp == 4 and 2 <= p.layout.pp <= 4 and p.layout.recompute in ("selective", "full")
+
+
+def test_deepspeed_pipeline_allows_only_zero_0_1():
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    r = plan(m, c, TrainingSpec(global_batch_size=128, seq_length=4096), framework="deepspeed", pp=(2, None),
+             top_k=3, structural=False)
+    assert all(p.layout.zero_stage <= 1 for p in (r.best, *r.alternatives))
+
+
+def test_unknown_constraint_is_a_clear_error():
+    with pytest.raises(planner.PlannerError, match="unknown constraint 'tensor_parallel'"):
+        plan(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+             TrainingSpec(global_batch_size=8, seq_length=1024), tensor_parallel=2)
