@@ -109,27 +109,37 @@ class _Handles:
     rank: Any
 
 
-def _usable_rows(t: Tables, memory: bool) -> tuple[list[int], list[int]]:
-    """Rows that can be part of a fitting layout: their group has both kinds of row and, with
-    memory, each row fits beside the smallest row of the other kind in its group (a necessary
-    condition, so dropping the rest changes no optimum)."""
-    least_static: dict[tuple[int, int], list[int]] = {}
-    least_act: dict[tuple[int, int], list[int]] = {}
-    for (si, ui, _), mib in zip(t.static_rows, t.static_mib):
-        cur = least_static.setdefault((si, ui), list(mib))
-        least_static[(si, ui)] = [min(a, b) for a, b in zip(cur, mib)]
-    for (si, ui, _), mib in zip(t.pipe_rows, t.pipe_mib):
-        cur = least_act.setdefault((si, ui), list(mib))
-        least_act[(si, ui)] = [min(a, b) for a, b in zip(cur, mib)]
+def _usable_rows(t: Tables, memory: bool, bound: int | None = None) -> tuple[list[int], list[int]]:
+    """Rows that can be part of a fitting layout no slower than `bound` microseconds.
+
+    A row survives when its group has both kinds of row, when (with memory) it fits beside the
+    smallest row of the other kind in its group, and when its time plus the fastest row of the
+    other kind stays within the bound. These are necessary conditions, so no optimum is lost.
+    """
+    lo_static: dict[tuple[int, int], tuple[list[int], int]] = {}
+    lo_pipe: dict[tuple[int, int], tuple[list[int], int]] = {}
+    for rows, mibs, times, lo in ((t.static_rows, t.static_mib, t.static_us, lo_static),
+                                  (t.pipe_rows, t.pipe_mib, t.pipe_us, lo_pipe)):
+        for r, mib, us in zip(rows, mibs, times):
+            cur = lo.get(r[:2])
+            lo[r[:2]] = (list(mib), us) if cur is None else ([min(a, b) for a, b in zip(cur[0], mib)], min(cur[1], us))
     cap = t.capacity_mib
-    xs = [i for i, ((si, ui, _), mib) in enumerate(zip(t.pipe_rows, t.pipe_mib))
-          if (si, ui) in least_static and (not memory or all(a + b <= cap for a, b in zip(mib, least_static[(si, ui)])))]
-    ys = [j for j, ((si, ui, _), mib) in enumerate(zip(t.static_rows, t.static_mib))
-          if (si, ui) in least_act and (not memory or all(a + b <= cap for a, b in zip(mib, least_act[(si, ui)])))]
+
+    def keep(key, mib, us, other) -> bool:
+        if key not in other:
+            return False
+        omib, ous = other[key]
+        if memory and any(a + b > cap for a, b in zip(mib, omib)):
+            return False
+        return bound is None or us + ous <= bound
+
+    xs = [i for i, r in enumerate(t.pipe_rows) if keep(r[:2], t.pipe_mib[i], t.pipe_us[i], lo_static)]
+    ys = [j for j, r in enumerate(t.static_rows) if keep(r[:2], t.static_mib[j], t.static_us[j], lo_pipe)]
     return xs, ys
 
 
-def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True) -> tuple[cp_model.CpModel, _Handles]:
+def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True, bound: int | None = None,
+           forbidden: tuple[tuple[int, int], ...] = ()) -> tuple[cp_model.CpModel, _Handles] | None:
     """The CP-SAT model over the tables (see the module docstring).
 
     One Boolean per table row; exactly one pipeline row and one static row are chosen, and they
@@ -138,7 +148,9 @@ def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True) -> tuple[cp_
     """
     m = cp_model.CpModel()
     shapes = t.space.shapes
-    rows_x, rows_y = _usable_rows(t, memory)
+    rows_x, rows_y = _usable_rows(t, memory, bound)
+    if not rows_x or not rows_y:
+        return None
     # variables: one Boolean per usable row (None for rows that can never be chosen)
     x: list = [None] * len(t.pipe_rows)
     y: list = [None] * len(t.static_rows)
@@ -187,6 +199,9 @@ def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True) -> tuple[cp_
     objective = m.new_int_var(0, max(t.pipe_us) + max(t.static_us), "objective")
     m.add(objective == sum(t.pipe_us[i] * x[i] for i in rows_x) + sum(t.static_us[j] * y[j] for j in rows_y))
     rank = sum(4 * i * x[i] for i in rows_x) + zero
+    for q, w in forbidden:  # no-goods: layouts already ranked
+        if x[q] is not None and y[w] is not None:
+            m.add_bool_or([x[q].Not(), y[w].Not()])
     return m, _Handles(x, y, degrees, objective, peak, rank)
 
 
@@ -208,27 +223,37 @@ def _chosen(solver: cp_model.CpSolver, h: _Handles) -> tuple[int, int]:
     return q, w
 
 
-def _solve_lexicographic(m: cp_model.CpModel, h: _Handles, t: Tables, deadline: float):
-    """Minimise time; then, at that time, peak memory and the candidate order. Returns
-    (status, (q, w), objective, bound) or (status, None, None, None)."""
+def _solve_lexicographic(t: Tables, cluster: ClusterSpec, deadline: float, *, bound: int | None = None,
+                         forbidden: tuple[tuple[int, int], ...] = ()):
+    """Minimise time; then, among layouts of that time, peak memory and the candidate order.
+
+    Returns (status, (q, w), objective, lower bound), or (status, None, None, None) when no layout
+    within `bound` remains. The second solve is built on only the rows that can reach the optimum.
+    """
+    built = _build(t, cluster, bound=bound, forbidden=forbidden)
+    if built is None:
+        return cp_model.INFEASIBLE, None, None, None
+    m, h = built
     m.minimize(h.objective)
     s = _solver(deadline - time.perf_counter())
     st = s.solve(m)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return st, None, None, None
-    best, bound = int(s.objective_value), int(s.best_objective_bound)
+    # read the integer objective variable: objective_value is a double and can sit just below it
+    best, lower = int(s.value(h.objective)), math.ceil(s.best_objective_bound - 1e-6)
     qw = _chosen(s, h)
-    m2 = m.clone()
-    m2.add(h.objective <= best)
-    m2.add_hint(h.x[qw[0]], 1)
-    m2.add_hint(h.y[qw[1]], 1)
-    m2.minimize(h.peak * (4 * len(h.x) + 4) + h.rank)
+    if st != cp_model.OPTIMAL:  # no proof: keep the solver's layout
+        return st, qw, best, lower
+    m2, h2 = _build(t, cluster, bound=best, forbidden=forbidden)
+    m2.add(h2.objective <= best)
+    m2.add_hint(h2.x[qw[0]], 1)
+    m2.add_hint(h2.y[qw[1]], 1)
+    m2.minimize(h2.peak * (4 * len(h2.x) + 4) + h2.rank)
     s2 = _solver(deadline - time.perf_counter())
     st2 = s2.solve(m2)
-    if st2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        qw = _chosen(s2, h)
-    status = cp_model.OPTIMAL if st == cp_model.OPTIMAL and st2 == cp_model.OPTIMAL else cp_model.FEASIBLE
-    return status, qw, best, bound
+    if st2 == cp_model.OPTIMAL:
+        return st2, _chosen(s2, h2), best, lower
+    return cp_model.FEASIBLE, qw, best, lower
 
 
 def _to_plan(model, cluster, training, t: Tables, qw: tuple[int, int]) -> Plan:
@@ -283,30 +308,39 @@ def _constraints(kw: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
+RANK_SLACK = 0.05  # ranking re-solves first look within 5 % of the best time, widening as needed
+
+
 def _solve_space(model, cluster, training, space, time_limit_s, top_k):
-    """Best plus top_k - 1 alternatives; returns (status, plans, gap) or infeasible."""
+    """Best plus top_k - 1 alternatives; returns (status, plans, gap, tables)."""
     deadline = time.perf_counter() + time_limit_s
     t = build_tables(model, cluster, training, space)
     if not t.pipe_rows or not t.static_rows:
         return "infeasible", [], 0.0, t
-    m, h = _build(t, cluster)
-    plans, status, gap = [], "optimal", 0.0
-    for k in range(top_k):
-        st, qw, obj, bound = _solve_lexicographic(m, h, t, deadline)
-        if qw is None:
-            if k == 0:
-                status = "infeasible" if st == cp_model.INFEASIBLE else "feasible"
-            break
+    st, qw, obj, lower = _solve_lexicographic(t, cluster, deadline)
+    if qw is None:
+        return ("infeasible" if st == cp_model.INFEASIBLE else "feasible"), [], 0.0, t
+    status = "optimal" if st == cp_model.OPTIMAL else "feasible"
+    gap = (obj - lower) / obj if obj else 0.0
+    found, plans, slack = [qw], [], RANK_SLACK
+    best_obj = obj
+    while True:
         p = _to_plan(model, cluster, training, t, qw)
         if p.time.objective_us != obj or not p.fits:
             raise PlannerError(f"internal: the solver's plan re-evaluates to {p.time.objective_us} us "
                                f"(solver {obj} us, fits={p.fits}); please report this")
-        if k == 0:
-            gap = (obj - bound) / obj if obj else 0.0
-            if st != cp_model.OPTIMAL:
-                status = "feasible"
         plans.append(p)
-        m.add_bool_or([h.x[qw[0]].Not(), h.y[qw[1]].Not()])  # no-good: not this layout again
+        if len(plans) == top_k or time.perf_counter() > deadline:
+            break
+        while True:  # the next layout, searched among rows that can stay within the slack
+            bound = None if slack > 4 else int(best_obj * (1 + slack)) + 1
+            st, qw, obj, _ = _solve_lexicographic(t, cluster, deadline, bound=bound, forbidden=tuple(found))
+            if qw is not None or bound is None or time.perf_counter() > deadline:
+                break
+            slack *= 4
+        if qw is None:
+            break
+        found.append(qw)
     return status, plans, gap, t
 
 
@@ -421,7 +455,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
     if space.shapes:
         t = build_tables(model, cluster, training, space, prune=False)
         m, h = _build(t, cluster, memory=False)
-        m.minimize(h.peak)
+        m.minimize(h.peak)  # the smallest peak any layout reaches
         s = _solver(10.0)
         if s.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             min_plan = _to_plan(model, cluster, training, t, _chosen(s, h))
@@ -433,9 +467,9 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
         sp = build_space(model, bigger, training, framework=framework, constraints=constraints)
         if sp.shapes:
             t = build_tables(model, bigger, training, sp)
-            if t.pipe_rows and t.static_rows:
-                m, h = _build(t, bigger)
-                if _solver(10.0).solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            built = _build(t, bigger) if t.pipe_rows and t.static_rows else None
+            if built is not None:
+                if _solver(10.0).solve(built[0]) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                     fit_gpus = bigger.world_size
                     break
     if min_plan is None:

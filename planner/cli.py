@@ -1,0 +1,330 @@
+"""Command-line interface: `planner plan | evaluate | explain | ledger | catalog`. The only module that prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.catalog import cluster_ids, load_cluster, load_model, model_ids
+from planner.errors import PlannerError
+from planner.evaluate import evaluate
+from planner.report import GiB, ledger_rows, plan_row, result_dict
+from planner.search import plan
+from planner.specs import Layout, TrainingSpec
+
+__all__ = ["main"]
+
+DEFAULT = dict(model="llama3-70b", cluster="dgx-h100", nodes=8, global_batch_size=1024, seq_length=8192)
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one clear line, exit status 2 (never argparse's two-line usage dump)
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return v
+
+
+def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
+    d = DEFAULT if defaults else {}
+    p.add_argument("model", nargs="?" if defaults else None, default=d.get("model"),
+                   help="catalog id, YAML spec or Hugging Face config.json" + (f" (default {d['model']})" if d else ""))
+    p.add_argument("cluster", nargs="?" if defaults else None, default=d.get("cluster"),
+                   help="catalog id or YAML" + (f" (default {d['cluster']})" if d else ""))
+    p.add_argument("--nodes", type=_positive_int, default=d.get("nodes"), help="number of nodes")
+    p.add_argument("--global-batch-size", type=_positive_int, default=d.get("global_batch_size", 1024),
+                   help="sequences per step (default 1024)")
+    p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
+    p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32", help="gradient buffer: bf16 = 16 B/param, fp32 = 18 (default)")
+    p.add_argument("--attention", choices=["flash", "eager"], default="flash")
+    p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
+    p.add_argument("--memory-overhead", default=None, help="per-GPU overhead outside the ledger, e.g. '4 GiB'")
+
+
+def _constraint_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("constraints (fix a value, or bound it as LO:HI)")
+    for name in ("tp", "pp", "dp", "cp", "vpp", "micro-batch-size"):
+        g.add_argument(f"--{name}", default=None, metavar="N|LO:HI")
+    g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
+    g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
+    g.add_argument("--no-sequence-parallel", action="store_true")
+    g.add_argument("--no-uneven-stages", action="store_true")
+    p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan"], default=None)
+    p.add_argument("--top-k", type=_positive_int, default=5)
+    p.add_argument("--time-limit", type=_positive_float, default=10.0, help="CP-SAT seconds (default 10)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _int_or_range(name: str, text: str | None):
+    if text is None:
+        return None
+    try:
+        if ":" in text:
+            lo, hi = text.split(":", 1)
+            return (int(lo) if lo else None, int(hi) if hi else None)
+        return int(text)
+    except ValueError:
+        raise _UsageError(f"--{name}: expected N or LO:HI, got {text!r}") from None
+
+
+def _constraints(a) -> dict[str, Any]:
+    c = {"tp": _int_or_range("tp", a.tp), "pp": _int_or_range("pp", a.pp), "dp": _int_or_range("dp", a.dp),
+         "cp": _int_or_range("cp", a.cp), "vpp": _int_or_range("vpp", a.vpp),
+         "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
+         "zero_stage": _int_or_range("zero", a.zero)}
+    if a.recompute:
+        modes = [m.strip() for m in a.recompute.split(",")]
+        bad = [m for m in modes if m not in ("none", "selective", "full")]
+        if bad:
+            raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full)")
+        c["recompute"] = modes
+    if a.no_sequence_parallel:
+        c["sequence_parallel"] = False
+    if a.no_uneven_stages:
+        c["uneven_stages"] = False
+    return {k: v for k, v in c.items() if v is not None}
+
+
+def _problem(a):
+    model = load_model(a.model)
+    overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
+    cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
+    training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
+                            attention=a.attention, token_budget=a.tokens)
+    return model, cluster, training
+
+
+def _plans_table(title: str, plans, best) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("#", "layout", "peak / capacity GiB", "step s", "vs best", "MFU", "tokens/s"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    has_budget = plans and plans[0].training.token_budget
+    if has_budget:
+        t.add_column("days", justify="right")
+        t.add_column("GPU-hours", justify="right")
+    for i, p in enumerate(plans, 1):
+        r = plan_row(p, best)
+        cells = [str(i), r["layout"], f"{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}", f"{r['step_s']:.3f}",
+                 f"{r['delta']:+.1%}", f"{r['mfu']:.1%}", f"{r['tokens_per_s']:,.0f}"]
+        if has_budget:
+            cells += [f"{r['days_to_train']:.1f}", f"{r['gpu_hours']:,.0f}"]
+        t.add_row(*cells)
+    return t
+
+
+def _cmd_plan(a, out: Console) -> int:
+    model, cluster, training = _problem(a)
+    r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
+             **_constraints(a))
+    if a.json:
+        out.print_json(json.dumps(result_dict(r)))
+        return EXIT_INFEASIBLE if r.status == "infeasible" else EXIT_OK
+    out.print(f"[bold]{model.name}[/] on {cluster.world_size} x {cluster.gpu.name} ({cluster.name}, {cluster.num_nodes} nodes), "
+              f"global batch {training.global_batch_size} x {training.seq_length} tokens")
+    if r.status == "infeasible":
+        out.print(f"[red]infeasible[/]: {r.infeasibility.message}")
+        return EXIT_INFEASIBLE
+    gap = "proven optimal" if r.status == "optimal" else f"not proven optimal (gap {r.gap:.1%})"
+    out.print(f"status: {gap}; searched {r.space_size:,} layouts in {r.solve_time_s:.2f} s")
+    out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
+    if r.structural:
+        t = Table(title="structurally different options", title_justify="left")
+        for col in ("option", "layout", "step s", "vs best", "what binds"):
+            t.add_column(col)
+        for alt in r.structural:
+            t.add_row(alt.label, alt.plan.layout.short() if alt.plan else "-",
+                      f"{alt.plan.step_time_s:.3f}" if alt.plan else "-",
+                      f"{alt.delta:+.1%}" if alt.delta is not None else "-", alt.binds)
+        out.print(t)
+    for w in r.best.warnings:
+        out.print(f"[yellow]warning[/]: {w}")
+    return EXIT_OK
+
+
+def _layout_from_args(a) -> Layout:
+    return Layout(tp=a.tp, pp=a.pp, dp=a.dp, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
+                  recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
+                  sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
+                  last_stage_layers=a.last_stage_layers)
+
+
+def _cmd_evaluate(a, out: Console) -> int:
+    model, cluster, training = _problem(a)
+    lay = _layout_from_args(a)
+    if a.dp is None:  # fill dp from the world size
+        mp = lay.tp * lay.pp * lay.cp
+        if cluster.world_size % mp:
+            raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
+        lay = lay.model_copy(update={"dp": cluster.world_size // mp})
+    p = evaluate(model, cluster, training, lay)
+    best = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit).best
+    if a.json:
+        from planner.report import plan_dict
+        d = plan_dict(p)
+        d["optimum"] = plan_dict(best) if best else None
+        out.print_json(json.dumps(d))
+        return EXIT_OK
+    out.print(_plans_table("your layout" + (" and the optimum" if best else ""), [p] + ([best] if best else []), best))
+    st = p.memory.peak_stage
+    t = Table(title=f"memory per GPU, stage {st.stage} (the peak)", title_justify="left")
+    t.add_column("item")
+    t.add_column("GiB", justify="right")
+    t.add_column("note")
+    for i in st.items:
+        t.add_row(i.name, f"{i.bytes / GiB:.2f}", i.note)
+    out.print(t)
+    t = Table(title="step time", title_justify="left")
+    t.add_column("term")
+    t.add_column("s", justify="right")
+    t.add_column("share", justify="right")
+    for k, v in p.time.breakdown().items():
+        t.add_row(k, f"{v:.3f}", f"{v / p.step_time_s:.0%}")
+    out.print(t)
+    if best is not None:
+        out.print(f"the optimum is {p.step_time_s / best.step_time_s - 1:+.1%} faster than yours" if best.step_time_s < p.step_time_s
+                  else "your layout is as fast as the optimum")
+    for w in p.warnings:
+        out.print(f"[yellow]warning[/]: {w}")
+    return EXIT_OK if p.fits else EXIT_INFEASIBLE
+
+
+def _cmd_explain(a, out: Console) -> int:
+    from planner.explain import explain
+    model, cluster, training = _problem(a)
+    lines = explain(model, cluster, training, framework=a.framework, time_limit_s=a.time_limit, **_constraints(a))
+    if a.json:
+        out.print_json(json.dumps({"explanation": lines}))
+    else:
+        for line in lines:
+            out.print(f"- {line}")
+    return EXIT_OK
+
+
+def _cmd_ledger(a, out: Console) -> int:
+    model = load_model(a.model)
+    rows = ledger_rows(model, grad_dtype=a.grad_dtype, shard=a.shard)
+    if a.json:
+        out.print_json(json.dumps(rows))
+        return EXIT_OK
+    t = Table(title=f"{model.name}: {model.num_params / 1e9:.2f}B parameters, static memory per GPU "
+                    f"({'16' if a.grad_dtype == 'bf16' else '18'} bytes/param unsharded)", title_justify="left")
+    for col in ("TP x PP", "ZeRO", "params GB", "grads GB", "Adam GB", "total GB"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['tp']} x {r['pp']}", f"{r['zero']} (/{r['shard']})" if r["zero"] else "0",
+                  f"{r['params_gb']:.1f}", f"{r['grads_gb']:.1f}", f"{r['optimizer_gb']:.1f}", f"{r['total_gb']:.1f}")
+    out.print(t)
+    return EXIT_OK
+
+
+def _cmd_catalog(a, out: Console) -> int:
+    if a.kind == "models":
+        t = Table(title="models", title_justify="left")
+        for col in ("id", "family", "params", "layers", "hidden", "heads/kv", "ffn", "vocab", "source"):
+            t.add_column(col)
+        for ref in model_ids():
+            m = load_model(ref)
+            t.add_row(ref, m.family.value, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                      f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),
+                      (m.sources[0].get("url", "") if m.sources else ""))
+    else:
+        t = Table(title="clusters", title_justify="left")
+        for col in ("id", "GPU", "memory", "BF16 TFLOP/s", "GPUs/node", "NVLink domain", "NICs/node"):
+            t.add_column(col)
+        for ref in cluster_ids():
+            c = load_cluster(ref)
+            t.add_row(ref, c.gpu.name, f"{c.gpu.memory / 1e9:.0f} GB", f"{c.gpu.peak_bf16_flops / 1e12:.0f}",
+                      str(c.gpus_per_node), str(c.nvlink_domain_size), str(c.scaleout.nics_per_node))
+    out.print(t)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree (exposed for tests and docs)."""
+    ap = _Parser(prog="planner", description="Proven-optimal parallel layouts for LLM training.")
+    sub = ap.add_subparsers(dest="command", parser_class=_Parser)
+    p = sub.add_parser("plan", help="find the fastest layout that fits (no arguments: Llama-3-70B on 8 DGX H100)")
+    _problem_args(p, defaults=True)
+    _constraint_args(p)
+    p = sub.add_parser("explain", help="the reasoning behind the plan, with numbers")
+    _problem_args(p, defaults=True)
+    _constraint_args(p)
+    p = sub.add_parser("evaluate", help="memory and time of a layout you give")
+    _problem_args(p, defaults=False)
+    for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
+        p.add_argument(f"--{name}", type=_positive_int, default=1)
+    p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0)
+    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--first-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--last-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--time-limit", type=_positive_float, default=10.0)
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
+    p.add_argument("model")
+    p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--shard", type=_positive_int, default=8, help="ZeRO ranks (default 8)")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("catalog", help="the built-in models or clusters")
+    p.add_argument("kind", choices=["models", "clusters"])
+    return ap
+
+
+COMMANDS = {"plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
+            "catalog": _cmd_catalog}
+
+
+def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 infeasible, 2 bad input)."""
+    out = Console(file=stdout or sys.stdout, width=160)
+    err = stderr or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = ["plan"]
+    try:
+        a = build_parser().parse_args(argv)
+        if a.command is None:
+            raise _UsageError("planner: choose a command: " + ", ".join(COMMANDS))
+        return COMMANDS[a.command](a, out)
+    except _UsageError as e:
+        print(f"error: {e}", file=err)
+        return EXIT_USAGE
+    except PlannerError as e:
+        print(f"error: {str(e).splitlines()[0]}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=err)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The reasoning behind a plan as short sentences with numbers, in the seed's order:
+static memory, the NVLink cap on TP, the pipeline bubble, what the sequence length costs, what
+binds the chosen plan, and sensitivities (2x scale-out bandwidth, 2x GPUs, 2x sequence)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.memory import activation_bytes_per_layer, static_memory
+from planner.search import plan
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+__all__ = ["explain"]
+
+GB, GiB = 1e9, 2.0**30
+
+
+def _sensitivity(label, model, cluster, training, base, framework, time_limit_s, constraints) -> str:
+    r = plan(model, cluster, training, top_k=1, structural=False, framework=framework,
+             time_limit_s=time_limit_s, **constraints)
+    if r.best is None:
+        return f"{label}: nothing fits"
+    b = r.best
+    tps = b.tokens_per_second / base.tokens_per_second - 1
+    return (f"{label}: {b.layout.short()}, {b.step_time_s:.2f} s/step, tokens/s {tps:+.0%} "
+            f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
+
+
+def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = None,
+            time_limit_s: float = 10.0, sensitivities: bool = True, **constraints: Any) -> list[str]:
+    """Sentences explaining the optimum for this problem (or why nothing fits)."""
+    lines = []
+    psi = model.num_params
+    per_param = 16 if training.grad_dtype == "bf16" else 18
+    st = static_memory(psi, grad_dtype=training.grad_dtype).total
+    usable = cluster.usable_memory
+    need = "must be sharded (ZeRO) or split (TP/PP)" if st > usable else "fits on one GPU unsharded"
+    lines.append(f"Static memory: {psi / 1e9:.1f}B parameters x {per_param} bytes = {st / GB:,.0f} GB against "
+                 f"{cluster.gpu.memory / GB:.0f} GB per GPU ({usable / GB:.0f} GB after the overhead item), so the model state {need}.")
+    if st > usable:
+        lines.append(f"Spread over all {cluster.world_size} GPUs that is {st / cluster.world_size / GB:.1f} GB each at best.")
+    lines.append(f"Tensor parallelism stays inside one NVLink domain of {cluster.nvlink_domain_size} GPUs "
+                 f"(tp <= {cluster.nvlink_domain_size}); beyond it TP traffic would ride the {cluster.scaleout.nic_busbw / GB:.0f} GB/s NICs.")
+    r = plan(model, cluster, training, top_k=2, structural=False, framework=framework, time_limit_s=time_limit_s, **constraints)
+    if r.best is None:
+        lines.append(r.infeasibility.message)
+        return lines
+    b, lay = r.best, r.best.layout
+    lines.append(f"Chosen: {lay.short()} ({r.status}), {b.step_time_s:.2f} s/step, MFU {b.mfu:.1%}, "
+                 f"{b.tokens_per_second:,.0f} tokens/s.")
+    pipe = b.time.pipeline
+    if lay.pp > 1:
+        lines.append(f"Pipeline: {lay.pp} stages x {lay.vpp} virtual, {pipe.num_microbatches} micro-batches: the bubble "
+                     f"(p-1)/(v m) = {(lay.pp - 1) / (lay.vpp * pipe.num_microbatches):.1%} of the ideal, "
+                     f"{pipe.bubble:.2f} s per step.")
+    else:
+        lines.append("No pipeline parallelism, so no bubble.")
+    s = training.seq_length
+    act = activation_bytes_per_layer(model, lay.micro_batch_size, s, tp=lay.tp, cp=lay.cp,
+                                     sequence_parallel=lay.sequence_parallel, attention=training.attention)
+    half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), tp=lay.tp, cp=lay.cp,
+                                      sequence_parallel=lay.sequence_parallel, attention=training.attention)
+    attn_share = 4 * s * model.hidden_size / (2 * model.params_per_layer)  # [Korthikanti22 Eq. 7]: s/6h against 1
+    lines.append(f"Sequence length {s}: one layer's activations are {act / GiB:.2f} GiB per micro-batch per GPU "
+                 f"({half / GiB:.2f} GiB at half the length); attention is {attn_share / (1 + attn_share):.0%} of a layer's "
+                 f"model FLOPs" + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))
+    head = b.memory_margin_units * 2**20 / b.memory.capacity
+    binding = (f"memory binds: {head:.1%} headroom on stage {b.memory.peak_stage.stage} "
+               f"(largest item: {b.memory.peak_stage.dominant.name})") if head < 0.05 else \
+              f"memory does not bind ({head:.0%} headroom); time does"
+    lines.append(f"What binds the chosen plan: {binding}.")
+    if r.alternatives:
+        nxt = r.alternatives[0]
+        lines.append(f"Runner-up {nxt.layout.short()} is {nxt.step_time_s / b.step_time_s - 1:+.1%}.")
+    if sensitivities:
+        so = cluster.scaleout.model_copy(update={"nic_busbw": 2 * cluster.scaleout.nic_busbw})
+        lines.append("Sensitivity, " + _sensitivity("2x scale-out bandwidth", model, cluster.model_copy(update={"scaleout": so}),
+                                                     training, b, framework, time_limit_s, constraints))
+        lines.append("Sensitivity, " + _sensitivity("2x GPUs", model, cluster.model_copy(update={"num_nodes": 2 * cluster.num_nodes}),
+                                                     training, b, framework, time_limit_s, constraints))
+        lines.append("Sensitivity, " + _sensitivity("2x sequence (same tokens per step)", model, cluster,
+                                                     training.model_copy(update={"seq_length": 2 * s,
+                                                                                 "global_batch_size": max(1, training.global_batch_size // 2)}),
+                                                     b, framework, time_limit_s, constraints))
+    return lines

@@ -1,0 +1,91 @@
+"""Plain-data views of plans and results for the CLI, JSON output and reports (no printing here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.evaluate import Plan
+from planner.memory import static_memory
+from planner.search import PlanResult
+from planner.specs import ModelSpec
+
+__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "GiB"]
+
+GiB = 2.0**30
+DAY = 86400.0
+
+
+def plan_row(p: Plan, best: Plan | None = None) -> dict[str, Any]:
+    """One table row: layout, memory against capacity, step time, MFU, throughput, delta, time to train."""
+    row = {
+        "layout": p.layout.short(),
+        "peak_gib": p.peak_memory_bytes / GiB,
+        "capacity_gib": p.memory.capacity / GiB,
+        "peak_stage": p.memory.peak_stage.stage,
+        "dominant": p.memory.peak_stage.dominant.name,
+        "step_s": p.step_time_s,
+        "mfu": p.mfu,
+        "tokens_per_s": p.tokens_per_second,
+        "delta": (p.step_time_s / best.step_time_s - 1) if best is not None else 0.0,
+    }
+    if p.training.token_budget:
+        row["days_to_train"] = p.time_to_train_s() / DAY
+        row["gpu_hours"] = p.time_to_train_s() * p.num_gpus / 3600
+    return row
+
+
+def plan_dict(p: Plan) -> dict[str, Any]:
+    """Everything about a plan as JSON-ready data."""
+    return {
+        "model": p.model.name,
+        "cluster": p.cluster.name,
+        "num_gpus": p.num_gpus,
+        "layout": p.layout.model_dump(mode="json"),
+        "fits": p.fits,
+        "peak_memory_bytes": p.peak_memory_bytes,
+        "peak_stage": p.memory.peak_stage.stage,
+        "memory_stages": [{"stage": s.stage, "layers": s.layers, "items": {i.name: i.bytes for i in s.items}}
+                          for s in p.memory.stages],
+        "step_time_s": p.step_time_s,
+        "time_breakdown_s": p.time.breakdown(),
+        "tokens_per_second": p.tokens_per_second,
+        "mfu": p.mfu,
+        "hfu": p.hfu,
+        "time_to_train_s": p.time_to_train_s() if p.training.token_budget else None,
+        "warnings": list(p.warnings),
+    }
+
+
+def result_dict(r: PlanResult) -> dict[str, Any]:
+    """A PlanResult as JSON-ready data."""
+    return {
+        "status": r.status,
+        "gap": r.gap,
+        "solve_time_s": r.solve_time_s,
+        "space_size": r.space_size,
+        "best": plan_dict(r.best) if r.best else None,
+        "alternatives": [plan_dict(p) for p in r.alternatives],
+        "structural": [{"label": a.label, "delta": a.delta, "binds": a.binds,
+                        "plan": plan_dict(a.plan) if a.plan else None} for a in r.structural],
+        "explanation": list(r.explanation),
+        "infeasibility": None if r.infeasibility is None else {
+            "min_peak_bytes": r.infeasibility.min_peak_bytes,
+            "min_peak_layout": r.infeasibility.min_peak_plan.layout.model_dump(mode="json")
+            if r.infeasibility.min_peak_plan else None,
+            "dominant_item": r.infeasibility.dominant_item,
+            "min_gpus_that_fit": r.infeasibility.min_gpus_that_fit,
+            "message": r.infeasibility.message,
+        },
+    }
+
+
+def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 1), (8, 8)),
+                shard: int = 8) -> list[dict[str, Any]]:
+    """The seed's static-memory table for a model: per ZeRO stage (over `shard` ranks) and per TP x PP split."""
+    rows = []
+    for tp, pp in splits:
+        for z in range(4):
+            st = static_memory(model.num_params / (tp * pp), grad_dtype=grad_dtype, zero_stage=z, shard=shard if z else 1)
+            rows.append({"tp": tp, "pp": pp, "zero": z, "shard": shard if z else 1, "params_gb": st.params / 1e9,
+                         "grads_gb": st.grads / 1e9, "optimizer_gb": st.optimizer / 1e9, "total_gb": st.total / 1e9})
+    return rows
