@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from runs import load_runs  # noqa: E402
 
-from planner.evaluate import evaluate  # noqa: E402
+from planner.plans import evaluate  # noqa: E402
 
 GRID = {
     "attention_efficiency": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],

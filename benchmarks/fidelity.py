@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runs import load_runs  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
-from planner.evaluate import evaluate  # noqa: E402
+from planner.plans import evaluate  # noqa: E402
 
 
 def evaluate_runs(runs):

@@ -3,10 +3,12 @@
 from planner.catalog import load_cluster, load_model
 from planner.errors import CatalogError, ConfigImportError, InvalidLayout, PlannerError, SpecError
 from planner.memory import activation_bytes_per_layer, memory_ledger, static_memory
+from planner.plans import Plan, evaluate
+from planner.search import PlanResult, plan
 from planner.specs import ClusterSpec, GpuSpec, Layout, ModelSpec, Recompute, TrainingSpec
 
 __all__ = [
-    "load_model", "load_cluster", "static_memory", "activation_bytes_per_layer", "memory_ledger",
+    "plan", "evaluate", "Plan", "PlanResult", "load_model", "load_cluster", "static_memory", "activation_bytes_per_layer", "memory_ledger",
     "ModelSpec", "GpuSpec", "ClusterSpec", "TrainingSpec", "Layout", "Recompute",
     "PlannerError", "SpecError", "CatalogError", "ConfigImportError", "InvalidLayout",
 ]

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from planner.catalog import cluster_ids, load_cluster, load_model, model_ids
 from planner.errors import PlannerError
-from planner.evaluate import evaluate
+from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import plan
 from planner.specs import Layout, TrainingSpec
@@ -76,10 +76,28 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true")
-    p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan"], default=None)
+    p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
+                   help="launch target; restricts ZeRO stages (default megatron)")
     p.add_argument("--top-k", type=_positive_int, default=5)
     p.add_argument("--time-limit", type=_positive_float, default=10.0, help="CP-SAT seconds (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    _emit_args(p)
+
+
+def _emit_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--emit", choices=["megatron", "deepspeed", "torchtitan"], default=None,
+                   help="write launch files for the best (or given) layout")
+    p.add_argument("--out", default=None, help="folder for --emit (default ./launch-FRAMEWORK)")
+
+
+def _emit(a, plan_, out: Console) -> None:
+    if not a.emit or plan_ is None:
+        return
+    folder = a.out or f"launch-{a.emit}"
+    files = getattr(plan_, f"to_{a.emit}")()
+    paths = files.write(folder)
+    if not a.json:
+        out.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def _int_or_range(name: str, text: str | None):
@@ -144,6 +162,7 @@ def _cmd_plan(a, out: Console) -> int:
     r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
              **_constraints(a))
     if a.json:
+        _emit(a, r.best, out)
         out.print_json(json.dumps(result_dict(r)))
         return EXIT_INFEASIBLE if r.status == "infeasible" else EXIT_OK
     out.print(f"[bold]{model.name}[/] on {cluster.world_size} x {cluster.gpu.name} ({cluster.name}, {cluster.num_nodes} nodes), "
@@ -165,6 +184,7 @@ def _cmd_plan(a, out: Console) -> int:
         out.print(t)
     for w in r.best.warnings:
         out.print(f"[yellow]warning[/]: {w}")
+    _emit(a, r.best, out)
     return EXIT_OK
 
 
@@ -184,7 +204,8 @@ def _cmd_evaluate(a, out: Console) -> int:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
     p = evaluate(model, cluster, training, lay)
-    best = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit).best
+    _emit(a, p, out)
+    best = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any").best
     if a.json:
         from planner.report import plan_dict
         d = plan_dict(p)
@@ -289,6 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
     p.add_argument("--time-limit", type=_positive_float, default=10.0)
     p.add_argument("--json", action="store_true")
+    _emit_args(p)
+    p = sub.add_parser("check", help="run a framework's own validator on a launch config (needs the [validate] extra)")
+    p.add_argument("framework", choices=["megatron", "deepspeed", "torchtitan"])
+    p.add_argument("config", nargs="+", help="megatron: megatron_args.json or pretrain_gpt.py arguments (after --); "
+                   "deepspeed: ds_config.json; torchtitan: train.sh overrides (after --)")
+    p.add_argument("--world-size", type=_positive_int, default=None, help="GPUs (megatron_args.json carries it)")
+    p.add_argument("--tp", type=_positive_int, default=1)
+    p.add_argument("--pp", type=_positive_int, default=1)
+    p.add_argument("--gpu-arch", type=int, default=9, help="compute capability major of the target GPU (default 9)")
+    p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
     p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
     p.add_argument("model")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="bf16")
@@ -299,7 +330,44 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-COMMANDS = {"plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
+def _cmd_check(a, out: Console) -> int:
+    from planner import check
+
+    if a.framework == "megatron":
+        if not check.megatron_available():
+            if not a.fetch_megatron:
+                raise PlannerError("Megatron not found: set MEGATRON_PATH, or pass --fetch-megatron")
+            import os
+            import tempfile
+
+            os.environ["MEGATRON_PATH"] = check.fetch_megatron(os.path.join(tempfile.gettempdir(), "planner-megatron"))
+        if len(a.config) == 1 and a.config[0].endswith(".json"):
+            try:
+                payload = json.loads(open(a.config[0]).read())
+            except (OSError, json.JSONDecodeError) as e:
+                raise PlannerError(f"{a.config[0]}: cannot read ({e})") from None
+            if a.world_size:
+                payload["world_size"] = a.world_size
+            payload = check.megatron_payload(payload.get("args", []), payload.get("world_size") or 1,
+                                             payload.get("env"), payload.get("gpu_arch", a.gpu_arch))
+        else:
+            if not a.world_size:
+                raise _UsageError("planner check megatron: --world-size is needed with raw arguments")
+            payload = check.megatron_payload(a.config, a.world_size, {}, a.gpu_arch)
+        result = check.check_megatron([payload])[0]
+    elif a.framework == "deepspeed":
+        if not a.world_size:
+            raise _UsageError("planner check deepspeed: --world-size is needed")
+        result = check.check_deepspeed(a.config[0], a.world_size, tp=a.tp, pp=a.pp)
+    else:
+        if not a.world_size:
+            raise _UsageError("planner check torchtitan: --world-size is needed")
+        result = check.check_torchtitan(a.config, a.world_size)
+    out.print(result.line(), markup=False, highlight=False, soft_wrap=True)
+    return EXIT_OK if result.ok else EXIT_INFEASIBLE
+
+
+COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
             "catalog": _cmd_catalog}
 
 

@@ -26,7 +26,7 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
 
 
-def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = None,
+def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
             time_limit_s: float = 10.0, sensitivities: bool = True, **constraints: Any) -> list[str]:
     """Sentences explaining the optimum for this problem (or why nothing fits)."""
     lines = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.evaluate import MEM_UNIT_BYTES, Plan, evaluate
+from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.space import build_space
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.evaluate import Plan
+from planner.plans import Plan
 from planner.memory import static_memory
 from planner.search import PlanResult
 from planner.specs import ModelSpec

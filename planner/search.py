@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import dp_time, optimizer_time, pipeline_time
 from planner.errors import PlannerError
-from planner.evaluate import MEM_UNIT_BYTES, STATIC_ITEMS, TIME_UNIT_S, Plan, _ceil_units, evaluate
+from planner.plans import MEM_UNIT_BYTES, STATIC_ITEMS, TIME_UNIT_S, Plan, _ceil_units, evaluate
 from planner.memory import stage_activation_items, stage_layers, stage_static_items, static_memory
 from planner.space import Shape, Space, build_space
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
@@ -351,7 +351,7 @@ def plan(
     *,
     top_k: int = 5,
     time_limit_s: float = 10.0,
-    framework: str | None = None,
+    framework: str | None = "megatron",
     allow_idle: bool = False,
     structural: bool = True,
     **constraints: Any,
@@ -362,7 +362,8 @@ def plan(
         model, cluster, training: the problem.
         top_k: how many distinct layouts to rank (the best included).
         time_limit_s: CP-SAT wall-clock budget for the whole ranking.
-        framework: 'megatron', 'deepspeed', 'torchtitan' or None; restricts ZeRO stages.
+        framework: the launch target, 'megatron' (default), 'deepspeed', 'torchtitan', or 'any'/None
+            (every ZeRO stage at every pipeline degree); restricts what the target can run.
         allow_idle: allow tp*pp*dp*cp < world size.
         structural: also report the best without PP, without recompute and on half the GPUs.
         **constraints: fix a degree (tp=8), bound it (pp=(1, 8)) or list allowed values

@@ -108,7 +108,7 @@ from typing import Any  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
 
-FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "any")
 MAX_MICRO_BATCH = 8
 # ASSUMPTION: micro-batches above 8 sequences rarely raise GEMM efficiency further and only add
 # activation memory; a user can widen the range with micro_batch_size=(lo, hi).
@@ -181,14 +181,15 @@ CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "zero_stage", "micro_batch_size", "re
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
     """ZeRO stages the target framework supports at this pipeline degree.
 
-    Megatron: 0, 1 (distributed optimizer) and 3 (Megatron-FSDP) -- ASSUMPTION: FSDP only with pp = 1;
+    Megatron: 0, 1 (distributed optimizer), 2 and 3 (Megatron-FSDP optim_grads / optim_grads_params)
+    -- ASSUMPTION: Megatron-FSDP only with pp = 1 (the emitter refuses it with pp > 1);
     DeepSpeed: ZeRO-2/3 are rejected with its pipeline engine (launch-configs.md §3.3);
     torchtitan: FSDP2 (3) or plain replication (0). None: every stage.
     """
-    if framework is None:
+    if framework in (None, "any"):
         return (0, 1, 2, 3)
     if framework == "megatron":
-        return (0, 1, 3) if pp == 1 else (0, 1)
+        return (0, 1, 2, 3) if pp == 1 else (0, 1)
     if framework == "deepspeed":
         return (0, 1, 2, 3) if pp == 1 else (0, 1)
     return (0, 3)
@@ -209,12 +210,21 @@ def _splits(L: int, pp: int, v: int, allow_uneven: bool) -> tuple[tuple[int | No
     return tuple(out)
 
 
+# What each launch target cannot express (launch-configs.md §3-4): DeepSpeed has no context
+# parallelism, no interleaved pipeline and balances stages itself; torchtitan has no Megatron-style
+# uneven first/last counts; neither has "recompute the first N layers of each stage".
+FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
+    "deepspeed": {"cp": 1, "vpp": 1, "uneven_stages": False, "partial_recompute": False},
+    "torchtitan": {"uneven_stages": False, "partial_recompute": False},
+}
+
+
 def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any]) -> tuple[tuple[str, int | None], ...]:
     out: list[tuple[str, int | None]] = []
     for mode in ("none", "selective", "full"):
         if _allowed("recompute", mode, constraints):
             out.append((mode, None))
-    if _allowed("recompute", "full", constraints) and v == 1:
+    if _allowed("recompute", "full", constraints) and v == 1 and constraints.get("partial_recompute", True):
         per_stage = max(1, L // pp)
         for n in sorted({per_stage // 4, per_stage // 2, 3 * per_stage // 4}):
             if 0 < n < per_stage:
@@ -238,11 +248,16 @@ def build_space(
         PlannerError: an unknown framework or constraint name.
     """
     constraints = dict(constraints or {})
-    unknown = set(constraints) - set(CONSTRAINT_KEYS)
+    unknown = set(constraints) - set(CONSTRAINT_KEYS) - {"partial_recompute"}
     if unknown:
         raise PlannerError(f"unknown constraint {sorted(unknown)[0]!r}; known: {', '.join(CONSTRAINT_KEYS)}")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    for key, limit in FRAMEWORK_LIMITS.get(framework or "any", {}).items():
+        if key in constraints and key not in ("uneven_stages", "partial_recompute") and not _allowed(key, limit, constraints):
+            raise PlannerError(f"constraint {key}={constraints[key]!r} is impossible with framework '{framework}' "
+                               f"(it needs {key}={limit})")
+        constraints[key] = limit
     L, s, gbs = model.num_layers, training.seq_length, training.global_batch_size
     world, domain = cluster.world_size, cluster.nvlink_domain_size
     if "micro_batch_size" not in constraints:

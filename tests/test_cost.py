@@ -13,7 +13,7 @@ from planner.cost import (
     training_flops,
 )
 from planner.errors import InvalidLayout
-from planner.evaluate import evaluate
+from planner.plans import evaluate
 from planner.space import layout_problems
 from planner.specs import Layout, TrainingSpec
 from planner.topology import group_placement, placement

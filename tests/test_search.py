@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import planner
-from planner.evaluate import evaluate
+from planner.plans import evaluate
 from planner.memory import memory_ledger
 from planner.oracle import enumerate_plans
 from planner.search import plan

@@ -137,6 +137,25 @@ class Plan:
         """Peak bytes per GPU (worst stage, overhead included)."""
         return self.memory.peak_bytes
 
+    # Launch configurations (planner.emit; imported here on use, as a convenience for callers).
+    def to_megatron(self):
+        """Megatron-LM launch files (LaunchFiles with .write(folder))."""
+        from planner.emit.megatron import to_megatron
+
+        return to_megatron(self)
+
+    def to_deepspeed(self):
+        """DeepSpeed ds_config.json and launcher (LaunchFiles with .write(folder))."""
+        from planner.emit.deepspeed import to_deepspeed
+
+        return to_deepspeed(self)
+
+    def to_torchtitan(self):
+        """torchtitan overrides and TOML (LaunchFiles with .write(folder))."""
+        from planner.emit.torchtitan import to_torchtitan
+
+        return to_torchtitan(self)
+
     def time_to_train_s(self, tokens: float | None = None) -> float:
         """Seconds to train `tokens` (default: the training spec's token budget)."""
         tokens = tokens if tokens is not None else self.training.token_budget

@@ -1,0 +1,126 @@
+"""Run the frameworks' own validators on a CPU: Megatron-LM, DeepSpeed and torchtitan.
+
+Install with the `validate` extra (torch==2.13.0 CPU first). Megatron is found through
+MEGATRON_PATH (a folder holding `megatron/`: an unpacked megatron-core >= 0.17 wheel or a
+Megatron-LM checkout) or the installed package. None of the frameworks' code is copied here:
+these functions call it, with the few stand-ins a CPU needs (documented where they are made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CheckResult", "check_megatron", "check_deepspeed", "check_torchtitan", "megatron_payload",
+           "megatron_available", "fetch_megatron", "MEGATRON_CORE"]
+
+MEGATRON_CORE = "megatron-core==0.19.2"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of one validation."""
+
+    ok: bool
+    stage: str
+    """Where it stopped ('done' when accepted): argparse, validate_args, microbatches, model_config,
+    groups, layer_split, schedule_rule, config, ..."""
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """One line for humans."""
+        if self.ok:
+            return "OK " + " ".join(f"{k}={v}" for k, v in sorted(self.details.items()))
+        return f"ERROR [{self.stage}] {self.message}"
+
+
+def megatron_payload(args: list[str], world_size: int, env: dict[str, str] | None = None, gpu_arch: int = 9) -> dict:
+    """What the Megatron worker validates: pretrain_gpt.py arguments, world size, environment, GPU arch."""
+    return {"args": list(args), "world_size": int(world_size), "env": dict(env or {}), "gpu_arch": int(gpu_arch)}
+
+
+def megatron_available() -> bool:
+    """Whether `megatron.training` can be imported (through MEGATRON_PATH or the installed package)."""
+    import importlib.util
+
+    path = os.environ.get("MEGATRON_PATH")
+    if path:
+        return os.path.isfile(os.path.join(path, "megatron", "training", "arguments.py"))
+    return importlib.util.find_spec("megatron") is not None and \
+        importlib.util.find_spec("megatron.training") is not None
+
+
+def fetch_megatron(folder: str) -> str:
+    """Download the megatron-core 0.19.2 wheel and unpack it into `folder`; returns a MEGATRON_PATH.
+
+    Its wheels since 0.17 (the first to ship megatron/training) are cp312-only, and pip on Python
+    3.11 silently falls back to 0.16.1, which lacks megatron/training (launch-configs.md §0). The
+    wheel is pure Python for everything validation touches, so it is unpacked, not installed.
+    """
+    import glob
+    import zipfile
+
+    from planner.errors import PlannerError
+
+    target = os.path.join(folder, "megatron-core")
+    if os.path.isfile(os.path.join(target, "megatron", "training", "arguments.py")):
+        return target
+    wheels = os.path.join(folder, "wheels")
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
+           "-d", wheels, MEGATRON_CORE]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = glob.glob(os.path.join(wheels, "megatron_core-0.19.2-*.whl"))
+    if done.returncode != 0 or not found:
+        raise PlannerError(f"could not download {MEGATRON_CORE}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    with zipfile.ZipFile(found[0]) as z:
+        z.extractall(target)
+    return target
+
+
+def check_megatron(payloads: list[dict], *, timeout_s: float = 600.0) -> list[CheckResult]:
+    """Validate Megatron configurations with Megatron's own code (parse_args, validate_args, the
+    micro-batch calculator, TransformerConfig, process groups on torch's fake backend, the layer
+    split per pipeline rank and virtual stage). One worker process imports Megatron once and
+    forks a child per configuration.
+
+    Raises:
+        PlannerError: Megatron cannot be imported (with what to install).
+    """
+    from planner.errors import PlannerError
+
+    if not payloads:
+        return []
+    proc = subprocess.run([sys.executable, "-m", "planner.check._megatron_worker"], input=json.dumps(payloads),
+                          capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or len(lines) != len(payloads):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PlannerError(f"the Megatron validator could not run: {tail}")
+    return [CheckResult(**json.loads(ln)) for ln in lines]
+
+
+def check_deepspeed(config: dict | str, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) -> CheckResult:
+    """Validate a ds_config with DeepSpeed's own DeepSpeedConfig, at the real world size.
+
+    DeepSpeedConfig silently falls back to world size 1 and ignores the mpu when no process group
+    exists (launch-configs.md §3.4), so its `dist` module is given a stand-in (rank 0 of
+    world_size) for the call, with an mpu whose data-parallel size is world/(tp*pp*sp). The
+    pipeline engine's rule (ZeRO-2/3 are rejected with PP > 1, pipe/engine.py) is re-stated.
+    """
+    from planner.check._deepspeed import validate
+
+    return validate(config, world_size, tp=tp, pp=pp, sp=sp)
+
+
+def check_torchtitan(overrides: list[str], world_size: int, *, module: str = "llama3", config: str = "llama3_8b",
+                     num_layers: int | None = None) -> CheckResult:
+    """Validate torchtitan 0.3 overrides with its ConfigManager, ParallelDims and its pipeline
+    stage derivation (checked against `num_layers` when the registry model has that depth)."""
+    from planner.check._torchtitan import validate
+
+    return validate(overrides, world_size, module=module, config=config, num_layers=num_layers)

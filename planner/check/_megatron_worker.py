@@ -1,0 +1,133 @@
+"""Worker: reads a JSON list of Megatron payloads on stdin, prints one JSON verdict per line.
+
+Imports Megatron once, then forks a child per configuration so each starts from clean global
+state (Megatron keeps its arguments, calculators and process groups in module globals).
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import os
+import sys
+import traceback
+from contextlib import redirect_stdout
+
+CLEARED_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN")
+
+
+def _setup() -> None:
+    path = os.environ.get("MEGATRON_PATH")
+    if path:
+        sys.path.insert(0, path)
+    from planner.check._cpu_shims import assume_transformer_engine, install_shims
+
+    install_shims()
+    import megatron.training.arguments  # noqa: F401
+
+    assume_transformer_engine()
+    gc.freeze()  # the children share the imported modules; freezing keeps the GC from touching them
+
+
+def _where(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "megatron" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" [{f.filename.split('megatron/', 1)[-1]}:{f.lineno}]"
+
+
+def _validate(p: dict) -> dict:
+    import megatron.training.arguments as A
+
+    for k in CLEARED_ENV:
+        os.environ.pop(k, None)
+    os.environ.update({"WORLD_SIZE": str(p["world_size"]), "RANK": "0", "LOCAL_RANK": "0", **p.get("env", {})})
+    arch = int(p.get("gpu_arch", 9))
+    A.get_device_arch_version = lambda: arch  # the target GPU's architecture (this CPU has none)
+    stage = "argparse"
+    try:
+        with redirect_stdout(io.StringIO()):
+            sys.argv = ["pretrain_gpt.py", *p["args"]]
+            try:
+                args = A.parse_args()
+            except SystemExit as e:
+                return {"ok": False, "stage": stage, "message": f"argparse rejected the arguments (exit {e.code})"}
+            stage = "validate_args"
+            A.validate_args(args)
+            stage = "microbatches"
+            from megatron.core.num_microbatches_calculator import get_num_microbatches, init_num_microbatches_calculator
+
+            init_num_microbatches_calculator(0, None, args.global_batch_size, args.micro_batch_size,
+                                             args.data_parallel_size, False)
+            m = get_num_microbatches()
+            stage = "model_config"
+            from megatron.training.arguments import core_transformer_config_from_args
+
+            cfg = core_transformer_config_from_args(args)
+            stage = "groups"
+            import torch.distributed as dist
+            from torch.testing._internal.distributed.fake_pg import FakeStore
+
+            dist.init_process_group(backend="fake", store=FakeStore(), rank=0, world_size=args.world_size)
+            from megatron.core import parallel_state as ps
+
+            vpp = args.virtual_pipeline_model_parallel_size
+            ps.initialize_model_parallel(
+                tensor_model_parallel_size=args.tensor_model_parallel_size,
+                pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+                virtual_pipeline_model_parallel_size=vpp,
+                context_parallel_size=args.context_parallel_size,
+                create_gloo_process_groups=False,
+            )
+            stage = "layer_split"
+            from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+            split = []
+            for r in range(args.pipeline_model_parallel_size):
+                ps.set_pipeline_model_parallel_rank(r)
+                split.append([get_num_layers_to_build(cfg, vp_stage=v if vpp else None) for v in range(vpp or 1)])
+            stage = "schedule_rule"
+            pp = args.pipeline_model_parallel_size
+            # Re-stated from pipeline_parallel/schedules.py (raised only at the first training step):
+            # the interleaved schedule needs num_microbatches a multiple of pp (group size defaults to pp).
+            if vpp and (m < pp or m % pp):
+                return {"ok": False, "stage": stage,
+                        "message": f"interleaved schedule: num_microbatches ({m}) must be a multiple of pp ({pp})"}
+    except Exception as e:  # a rejection by Megatron's own checks
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{_where(e)}"
+        return {"ok": False, "stage": stage, "message": msg}
+    details = {"world_size": args.world_size, "tp": args.tensor_model_parallel_size, "pp": args.pipeline_model_parallel_size,
+               "cp": args.context_parallel_size, "dp": args.data_parallel_size, "vpp": vpp,
+               "sequence_parallel": bool(args.sequence_parallel), "micro_batch_size": args.micro_batch_size,
+               "global_batch_size": args.global_batch_size, "num_microbatches": m,
+               "recompute_granularity": args.recompute_granularity, "layers_per_rank": split}
+    return {"ok": True, "stage": "done", "message": "", "details": details}
+
+
+def main() -> int:
+    payloads = json.loads(sys.stdin.read())
+    _setup()
+    for p in payloads:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: validate one configuration, report, exit without cleanup
+            os.close(r)
+            try:
+                out = _validate(p)
+            except BaseException as e:  # noqa: BLE001 - report anything, never hang the parent
+                out = {"ok": False, "stage": "worker", "message": f"{type(e).__name__}: {e}"}
+            with os.fdopen(w, "w") as f:
+                f.write(json.dumps(out))
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            data = f.read()
+        os.waitpid(pid, 0)
+        print(data if data else json.dumps({"ok": False, "stage": "worker", "message": "the child died"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""DeepSpeed: ds_config.json and the `deepspeed` launcher command (Megatron-DeepSpeed arguments for TP/PP).
+
+Keys as in DeepSpeed 0.19.8 (shared/reference/launch-configs.md §3.2). Rules: train_batch_size =
+micro x GAS x DP with DP = world/(TP*PP); ZeRO-2/3 are rejected with DeepSpeed's pipeline engine;
+DeepSpeed has no context parallelism or interleaved pipeline, so such plans are refused.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.emit import LaunchFiles, dump_json
+from planner.errors import PlannerError
+from planner.plans import Plan
+from planner.specs import Family, Recompute
+
+__all__ = ["ds_config", "to_deepspeed", "DEEPSPEED_VERSION"]
+
+DEEPSPEED_VERSION = "deepspeed 0.19.8"
+
+
+def _check(plan: Plan) -> None:
+    lay = plan.layout
+    if lay.cp > 1:
+        raise PlannerError(f"DeepSpeed: cp({lay.cp}) > 1 has no DeepSpeed equivalent; plan with framework='deepspeed'")
+    if lay.vpp > 1:
+        raise PlannerError(f"DeepSpeed: vpp({lay.vpp}) > 1 (interleaved pipeline) is not supported by its pipeline engine")
+    if lay.pp > 1 and lay.zero_stage > 1:
+        raise PlannerError(f"DeepSpeed: ZeRO-{lay.zero_stage} cannot run with pipeline parallelism (pp({lay.pp}) > 1)")
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        raise PlannerError("DeepSpeed: uneven first/last stages are not emitted (its partitioner balances by parameters)")
+    if lay.recompute_num_layers is not None:
+        raise PlannerError(f"DeepSpeed: recomputing {lay.recompute_num_layers} layers per stage is not emitted "
+                           "(only every layer); plan with framework='deepspeed'")
+
+
+def ds_config(plan: Plan) -> dict:
+    """The ds_config dictionary (train_batch_size = micro x GAS x DP)."""
+    _check(plan)
+    lay, t = plan.layout, plan.training
+    gas = t.global_batch_size // (lay.micro_batch_size * lay.dp)
+    zero: dict = {"stage": lay.zero_stage}
+    if lay.zero_stage >= 1:
+        zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": lay.pp == 1,
+                     "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000})
+    if lay.zero_stage == 3:
+        zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000})
+    cfg = {
+        "train_batch_size": t.global_batch_size,
+        "train_micro_batch_size_per_gpu": lay.micro_batch_size,
+        "gradient_accumulation_steps": gas,
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero,
+        "bf16" if t.precision == "bf16" else "fp16": {"enabled": True},
+        "steps_per_print": 10,
+        "wall_clock_breakdown": False,
+    }
+    if lay.recompute != Recompute.NONE:
+        cfg["activation_checkpointing"] = {"partition_activations": False, "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+    return cfg
+
+
+def _megatron_deepspeed_args(plan: Plan) -> list[str]:
+    m, t, lay = plan.model, plan.training, plan.layout
+    a = ["--num-layers", str(m.num_layers), "--hidden-size", str(m.hidden_size), "--ffn-hidden-size", str(m.ffn_hidden_size),
+         "--num-attention-heads", str(m.num_attention_heads)]
+    if m.kv_heads != m.num_attention_heads:
+        a += ["--num-key-value-heads", str(m.kv_heads)]
+    if m.family == Family.LLAMA:
+        a += ["--swiglu", "--normalization", "rmsnorm", "--disable-bias-linear", "--use-rotary-position-embeddings",
+              "--no-position-embedding"]
+    if not m.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    a += ["--seq-length", str(t.seq_length), "--max-position-embeddings", str(max(t.seq_length, m.max_position_embeddings or 0)),
+          "--micro-batch-size", str(lay.micro_batch_size), "--global-batch-size", str(t.global_batch_size),
+          "--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp)]
+    if lay.sequence_parallel and lay.tp > 1:
+        a += ["--sequence-parallel"]
+    if lay.pp == 1:
+        a += ["--no-pipeline-parallel"]
+    if lay.recompute == Recompute.FULL:
+        a += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full", "--recompute-method", "uniform"]
+    elif lay.recompute == Recompute.SELECTIVE:
+        a += ["--recompute-granularity", "selective"]
+    a += ["--bf16" if t.precision == "bf16" else "--fp16", "--zero-stage", str(lay.zero_stage),
+          "--deepspeed", "--deepspeed_config", "ds_config.json"]
+    return a
+
+
+def to_deepspeed(plan: Plan) -> LaunchFiles:
+    """DeepSpeed launch files: ds_config.json and launch.sh (the deepspeed launcher)."""
+    cfg = ds_config(plan)
+    c = plan.cluster
+    args = _megatron_deepspeed_args(plan)
+    script = "\n".join([
+        "#!/usr/bin/env bash",
+        f"# {plan.model.name} on {c.num_nodes} x {c.gpus_per_node} {c.gpu.name}: {plan.layout.short()}",
+        f"# generated by planner for {DEEPSPEED_VERSION} (+ Megatron-DeepSpeed for TP/PP); "
+        f"predicted {plan.step_time_s:.3f} s/step",
+        "set -euo pipefail",
+        ': "${MEGATRON_DEEPSPEED:?set MEGATRON_DEEPSPEED to your Megatron-DeepSpeed checkout}"',
+        ': "${HOSTFILE:=hostfile}"',
+        f"deepspeed --hostfile \"$HOSTFILE\" --num_nodes {c.num_nodes} --num_gpus {c.gpus_per_node} \\",
+        '  "$MEGATRON_DEEPSPEED/pretrain_gpt.py" \\',
+        "  " + " ".join(shlex.quote(x) for x in args),
+    ]) + "\n"
+    return LaunchFiles("deepspeed", {"ds_config.json": dump_json(cfg), "launch.sh": script}, tuple(args), {}, cfg)

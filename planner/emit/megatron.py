@@ -1,0 +1,134 @@
+"""Megatron-LM: pretrain_gpt.py arguments, a torchrun script and a SLURM script.
+
+Flags as in megatron-core 0.19.2 / Megatron-LM main (shared/reference/launch-configs.md §2.1);
+there is no --virtual-pipeline-model-parallel-size flag: interleaving is
+--num-virtual-stages-per-pipeline-rank, which also works with uneven first/last stages.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.emit import LaunchFiles, dump_json
+from planner.errors import PlannerError
+from planner.plans import Plan
+from planner.specs import Family, Recompute
+
+__all__ = ["megatron_args", "megatron_env", "to_megatron", "MEGATRON_VERSION"]
+
+MEGATRON_VERSION = "megatron-core 0.19.2"
+MASTER_PORT = 29500
+
+
+def megatron_args(plan: Plan) -> list[str]:
+    """The pretrain_gpt.py argument list for the plan (deterministic order)."""
+    m, t, lay = plan.model, plan.training, plan.layout
+    a: list[str] = [
+        "--num-layers", str(m.num_layers),
+        "--hidden-size", str(m.hidden_size),
+        "--ffn-hidden-size", str(m.ffn_hidden_size),
+        "--num-attention-heads", str(m.num_attention_heads),
+    ]
+    if m.kv_heads != m.num_attention_heads:
+        a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
+    if m.family == Family.LLAMA:
+        a += ["--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear"]
+        if m.qkv_bias:
+            a += ["--add-qkv-bias"]
+    if m.positions == "rope":
+        a += ["--position-embedding-type", "rope"]
+    if not m.tied_embeddings:
+        a += ["--untie-embeddings-and-output-weights"]
+    max_pos = max(t.seq_length, m.max_position_embeddings or 0)
+    a += [
+        "--seq-length", str(t.seq_length), "--max-position-embeddings", str(max_pos),
+        "--tokenizer-type", "NullTokenizer", "--vocab-size", str(m.vocab_size),
+        "--micro-batch-size", str(lay.micro_batch_size), "--global-batch-size", str(t.global_batch_size),
+        "--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp),
+        "--context-parallel-size", str(lay.cp),
+    ]
+    if lay.vpp > 1:
+        a += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
+    if lay.first_stage_layers is not None:
+        a += ["--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)]
+    if lay.last_stage_layers is not None:
+        a += ["--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)]
+    if lay.sequence_parallel and lay.tp > 1:
+        a += ["--sequence-parallel"]
+    if lay.zero_stage == 1:
+        a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+    elif lay.zero_stage in (2, 3):
+        if lay.pp > 1:
+            raise PlannerError(f"Megatron: ZeRO-{lay.zero_stage} (Megatron-FSDP) is not emitted with pp({lay.pp}) > 1")
+        strategy = "optim_grads" if lay.zero_stage == 2 else "optim_grads_params"
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor",
+              "--overlap-grad-reduce", "--overlap-param-gather"]
+    else:
+        a += ["--overlap-grad-reduce"]
+    if lay.recompute == Recompute.SELECTIVE:
+        a += ["--recompute-granularity", "selective"]
+    elif lay.recompute == Recompute.FULL:
+        if lay.recompute_num_layers is None:  # every layer checkpointed on its own: stores 2sbh per layer
+            a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+        else:  # the first N layers of each stage recomputed, the rest kept
+            a += ["--recompute-granularity", "full", "--recompute-method", "block",
+                  "--recompute-num-layers", str(lay.recompute_num_layers)]
+    a += ["--bf16" if t.precision == "bf16" else "--fp16"]
+    if t.attention == "flash":
+        a += ["--attention-backend", "flash"]
+    a += ["--mock-data", "--lr", "3.0e-4", "--min-lr", "3.0e-5", "--lr-decay-style", "cosine",
+          "--weight-decay", "0.1", "--clip-grad", "1.0"]
+    iters = int(t.token_budget // plan.tokens_per_step) if t.token_budget else 1000
+    a += ["--train-iters", str(max(1, iters)), "--log-interval", "1"]
+    return a
+
+
+def megatron_env(plan: Plan) -> dict[str, str]:
+    """Environment Megatron requires: CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell,
+    and never with Megatron-FSDP (validate_args, launch-configs.md §2.2)."""
+    lay = plan.layout
+    fsdp = lay.zero_stage in (2, 3)
+    if (lay.tp > 1 or lay.cp > 1) and plan.cluster.gpu.arch < 10 and not fsdp:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
+def _script(plan: Plan, args: list[str], env: dict[str, str], slurm: bool) -> str:
+    c = plan.cluster
+    lines = ["#!/usr/bin/env bash"]
+    if slurm:
+        lines += [f"#SBATCH --job-name={plan.model.name}", f"#SBATCH --nodes={c.num_nodes}",
+                  "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={c.gpus_per_node}", "#SBATCH --exclusive"]
+    lines += [f"# {plan.model.name} on {c.num_nodes} x {c.gpus_per_node} {c.gpu.name}: {plan.layout.short()}",
+              f"# generated by planner for {MEGATRON_VERSION}; predicted {plan.step_time_s:.3f} s/step, "
+              f"peak {plan.peak_memory_bytes / 2**30:.1f} GiB per GPU",
+              "set -euo pipefail", ': "${MEGATRON_LM:?set MEGATRON_LM to your Megatron-LM checkout}"']
+    lines += [f"export {k}={v}" for k, v in sorted(env.items())]
+    if slurm:
+        lines += ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+                  f"srun torchrun --nnodes {c.num_nodes} --nproc-per-node {c.gpus_per_node} \\",
+                  f'  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:{MASTER_PORT}" --rdzv-id "$SLURM_JOB_ID" \\']
+    else:
+        lines += [f"torchrun --nnodes {c.num_nodes} --nproc-per-node {c.gpus_per_node} \\",
+                  f'  --node-rank "${{NODE_RANK:-0}}" --master-addr "${{MASTER_ADDR:-localhost}}" --master-port {MASTER_PORT} \\']
+    lines.append('  "$MEGATRON_LM/pretrain_gpt.py" \\')
+    pairs, i = [], 0
+    while i < len(args):  # one flag (with its value) per line
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append(f"{args[i]} {shlex.quote(args[i + 1])}")
+            i += 2
+        else:
+            pairs.append(args[i])
+            i += 1
+    lines += [f"  {p} \\" for p in pairs[:-1]] + [f"  {pairs[-1]}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_megatron(plan: Plan) -> LaunchFiles:
+    """Megatron-LM launch files: megatron_args.json, train.sh (torchrun), sbatch.sh (SLURM)."""
+    args, env = megatron_args(plan), megatron_env(plan)
+    payload = {"args": args, "env": env, "world_size": plan.num_gpus, "gpu_arch": plan.cluster.gpu.arch,
+               "target": MEGATRON_VERSION}
+    files = {"megatron_args.json": dump_json(payload), "train.sh": _script(plan, args, env, slurm=False),
+             "sbatch.sh": _script(plan, args, env, slurm=True)}
+    return LaunchFiles("megatron", files, tuple(args), env)

@@ -1,0 +1,121 @@
+"""Emitted launch files: golden files (regenerate with PLANNER_UPDATE_GOLDEN=1 after a reviewed
+change), determinism, and the rules each emitter enforces."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.specs import Layout, TrainingSpec
+
+GOLDEN = Path(__file__).parent / "golden"
+
+CASES = {
+    "llama3-70b-64xh100-vpp": ("llama3-70b", "dgx-h100", 8, 1024, 8192,
+                               Layout(tp=8, pp=4, dp=2, zero_stage=1, vpp=5, sequence_parallel=True, recompute="selective"),
+                               ["megatron"]),
+    "llama3-70b-64xh100-titan": ("llama3-70b", "dgx-h100", 8, 1024, 8192,
+                                 Layout(tp=8, pp=4, dp=2, zero_stage=0, vpp=5, sequence_parallel=True, recompute="selective"),
+                                 ["megatron", "torchtitan"]),
+    "gpt3-175b-128xa100-uneven": ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048,
+                                  Layout(tp=8, pp=8, dp=2, zero_stage=1, first_stage_layers=9, last_stage_layers=9,
+                                         recompute="full"),
+                                  ["megatron"]),
+    "llama3-8b-8xh100-fsdp": ("llama3-8b", "dgx-h100", 1, 64, 8192, Layout(dp=8, zero_stage=3, recompute="selective"),
+                              ["megatron", "deepspeed", "torchtitan"]),
+    "llama2-7b-16xa100-pp": ("llama2-7b", "dgx-a100-80g", 2, 256, 4096,
+                             Layout(tp=2, pp=2, dp=4, zero_stage=1, recompute="full"),
+                             ["megatron", "deepspeed"]),
+    "llama2-7b-16xa100-partial": ("llama2-7b", "dgx-a100-80g", 2, 256, 4096,
+                                  Layout(tp=2, pp=2, dp=4, zero_stage=1, recompute="full", recompute_num_layers=4),
+                                  ["megatron"]),
+}
+
+
+def _plan(case):
+    mref, cref, nodes, gbs, seq, layout, _ = CASES[case]
+    return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
+                            TrainingSpec(global_batch_size=gbs, seq_length=seq), layout)
+
+
+@pytest.mark.parametrize("case,framework", [(c, f) for c, v in CASES.items() for f in v[-1]])
+def test_golden_files(case, framework, tmp_path):
+    files = getattr(_plan(case), f"to_{framework}")()
+    written = files.write(tmp_path)
+    folder = GOLDEN / case / framework
+    if os.environ.get("PLANNER_UPDATE_GOLDEN"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in written:
+            (folder / p.name).write_text(p.read_text())
+    assert sorted(p.name for p in written) == sorted(p.name for p in folder.iterdir())
+    for p in written:
+        assert p.read_text() == (folder / p.name).read_text(), f"{case}/{framework}/{p.name} changed"
+
+
+def test_emitters_are_deterministic(tmp_path):
+    a = _plan("llama3-8b-8xh100-fsdp").to_megatron().files
+    b = _plan("llama3-8b-8xh100-fsdp").to_megatron().files
+    assert a == b
+
+
+def test_megatron_args_carry_the_layout():
+    p = _plan("gpt3-175b-128xa100-uneven")
+    args = p.to_megatron().args
+    flag = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--") and not args[i + 1].startswith("--")}
+    assert (flag["--tensor-model-parallel-size"], flag["--pipeline-model-parallel-size"]) == ("8", "8")
+    assert (flag["--decoder-first-pipeline-num-layers"], flag["--decoder-last-pipeline-num-layers"]) == ("9", "9")
+    assert flag["--recompute-method"] == "uniform" and flag["--recompute-num-layers"] == "1"
+    assert "--use-distributed-optimizer" in args
+    assert p.to_megatron().env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # TP on Ampere
+
+
+def test_megatron_fsdp_never_sets_cuda_device_max_connections():
+    p = _plan("llama3-8b-8xh100-fsdp")
+    assert p.to_megatron().env == {}
+    assert "optim_grads_params" in p.to_megatron().args
+
+
+def test_blackwell_needs_no_cuda_device_max_connections():
+    p = planner.evaluate(planner.load_model("llama3-70b"), planner.load_cluster("dgx-b200", nodes=2),
+                         TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=8, dp=2, zero_stage=1))
+    assert p.to_megatron().env == {}
+
+
+def test_deepspeed_batch_rule():
+    cfg = _plan("llama2-7b-16xa100-pp").to_deepspeed().config
+    # train_batch_size = micro x GAS x DP with DP = world / (tp * pp) = 16 / 4
+    assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 4 == 256
+    assert json.loads(_plan("llama2-7b-16xa100-pp").to_deepspeed().files["ds_config.json"]) == cfg
+
+
+@pytest.mark.parametrize("layout,fragment", [
+    (Layout(tp=8, pp=4, dp=1, cp=2, zero_stage=1), "cp(2) > 1"),
+    (Layout(tp=8, pp=4, dp=2, vpp=2, zero_stage=1), "vpp(2) > 1"),
+    (Layout(tp=8, pp=4, dp=2, zero_stage=2), "ZeRO-2 cannot run with pipeline parallelism"),
+])
+def test_deepspeed_refuses_what_it_cannot_run(layout, fragment):
+    p = planner.evaluate(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8),
+                         TrainingSpec(global_batch_size=64, seq_length=4096), layout)
+    with pytest.raises(planner.PlannerError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        p.to_deepspeed()
+
+
+def test_partial_recompute_only_for_megatron():
+    p = _plan("llama2-7b-16xa100-partial")
+    args = p.to_megatron().args
+    assert args[args.index("--recompute-method") + 1] == "block" and args[args.index("--recompute-num-layers") + 1] == "4"
+    with pytest.raises(planner.PlannerError, match="recomputing 4 layers per stage"):
+        p.to_deepspeed()
+
+
+def test_torchtitan_overrides():
+    args = _plan("llama3-70b-64xh100-titan").to_torchtitan().args
+    flag = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--") and not args[i + 1].startswith("--")}
+    assert flag["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert flag["--parallelism.pipeline_parallel_layers_per_stage"] == "4"  # 80 / (4 x 5)
+    assert flag["--training.local_batch_size"] == "512"  # 1024 / dp 2
+    assert args[-1] == "activation-checkpoint:selective"
+    with pytest.raises(planner.PlannerError, match="ZeRO-1 does not exist"):
+        _plan("llama2-7b-16xa100-pp").to_torchtitan()

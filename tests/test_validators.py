@@ -1,0 +1,204 @@
+"""Every top-k plan of a suite of scenarios is accepted by the frameworks' own validators, and the
+layer split Megatron computes equals the plan's; deliberately broken configs are rejected."""
+
+import os
+
+import pytest
+
+import planner
+from planner.check import CheckResult, megatron_payload
+from planner.memory import stage_layers
+from planner.search import plan
+from planner.specs import TrainingSpec
+
+TOP_K = 3
+
+# (model, cluster, nodes, global batch, seq, constraints) -- dense GPT and Llama, 8 to 16384 GPUs
+SCENARIOS = [
+    ("gpt3-1.3b", "dgx-h100", 1, 256, 2048, {}),
+    ("gpt3-2.7b", "dgx-a100-80g", 2, 512, 2048, {}),
+    ("gpt3-6.7b", "dgx-a100-40g", 4, 512, 2048, {}),
+    ("gpt3-13b", "dgx-a100-80g", 8, 1024, 2048, {"pp": (2, None)}),
+    ("gpt3-175b", "dgx-a100-80g", 128, 1536, 2048, {}),
+    ("gpt3-175b", "dgx-h100", 64, 512, 2048, {"recompute": "full"}),
+    ("megatron-gpt-39b", "dgx-a100-80g", 64, 1536, 2048, {"vpp": (2, None)}),
+    ("megatron-gpt-145b", "dgx-a100-80g", 192, 1536, 2048, {}),
+    ("megatron-gpt-1t", "dgx-h100", 4096, 4096, 2048, {}),
+    ("llama2-7b", "dgx-h100", 1, 256, 4096, {}),
+    ("llama2-7b", "dgx-a100-40g", 4, 256, 4096, {"tp": 2}),
+    ("llama3-8b", "dgx-h100", 1, 128, 8192, {}),
+    ("llama3-8b", "dgx-h100", 8, 64, 32768, {"cp": (2, None)}),
+    ("llama3-8b", "hgx-h200", 2, 128, 8192, {"pp": 2, "uneven_stages": True}),
+    ("llama3-70b", "dgx-h100", 8, 128, 8192, {}),
+    ("llama3-70b", "dgx-h100", 8, 128, 4096, {"cp": 1, "vpp": (2, None)}),
+    ("llama3-70b", "dgx-h100", 64, 1024, 8192, {}),
+    ("llama3-70b", "hgx-h200", 4, 64, 8192, {}),
+    ("llama3-70b", "dgx-b200", 8, 256, 8192, {}),
+    ("llama3-70b", "gb200-nvl72", 18, 288, 8192, {}),
+    ("llama2-70b", "dgx-a100-80g", 16, 512, 4096, {"recompute": ["full"]}),
+    ("llama2-70b", "dgx-h100", 16, 512, 4096, {"pp": (4, None), "cp": 1}),
+    ("llama3.1-405b", "dgx-h100", 2048, 2048, 8192, {}),
+    ("llama3.1-405b", "dgx-h100", 2048, 128, 131072, {}),
+    ("llama3.1-405b", "dgx-h100", 64, 512, 8192, {}),
+    ("llama3.1-405b", "dgx-b200", 32, 256, 8192, {}),
+    ("mistral-7b", "dgx-h100", 2, 256, 8192, {}),
+    ("mistral-7b", "mi300x", 1, 64, 8192, {"tp": 2}),
+    ("qwen2.5-72b", "hgx-h200", 16, 512, 8192, {}),
+    ("qwen2.5-72b", "dgx-h100", 16, 512, 4096, {"recompute": ["selective"], "cp": 1}),
+    ("gpt3-13b", "dgx-h100", 2, 256, 2048, {"recompute": "full", "pp": (2, None)}),
+    ("llama2-7b", "dgx-h100", 4, 512, 4096, {"pp": (2, None), "tp": 1}),
+]
+
+
+def _plans(framework):
+    out = []
+    for mref, cref, nodes, gbs, seq, cons in SCENARIOS:
+        if framework != "megatron":
+            cons = {k: v for k, v in cons.items() if k not in ("cp", "vpp", "uneven_stages")}
+        r = plan(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
+                 TrainingSpec(global_batch_size=gbs, seq_length=seq), top_k=TOP_K, structural=False,
+                 framework=framework, **cons)
+        if framework != "megatron" and r.status == "infeasible":  # e.g. 128K context without CP: a real answer
+            continue
+        assert r.status == "optimal", (mref, cref, nodes, r.status)
+        out += [(f"{mref}/{cref}x{nodes}/s{seq}", p) for p in (r.best, *r.alternatives)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def megatron_path(tmp_path_factory):
+    from planner.check import fetch_megatron, megatron_available
+
+    if megatron_available():
+        return os.environ.get("MEGATRON_PATH")
+    cache = os.environ.get("PLANNER_CACHE", str(tmp_path_factory.mktemp("megatron")))
+    try:
+        path = fetch_megatron(cache)
+    except planner.PlannerError as e:
+        pytest.skip(str(e))
+    os.environ["MEGATRON_PATH"] = path
+    return path
+
+
+def _expected_split(p):
+    v = p.layout.vpp
+    return [[n // v] * v for n in stage_layers(p.model, p.layout)]
+
+
+def test_megatron_accepts_every_topk_plan(megatron_path):
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    plans = _plans("megatron")
+    assert len(plans) >= 3 * 30
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for _, p in plans])
+    rejected = [(name, p.layout.short(), r.line()) for (name, p), r in zip(plans, results) if not r.ok]
+    assert rejected == []
+    for (name, p), r in zip(plans, results):
+        assert r.details["layers_per_rank"] == _expected_split(p), name
+        assert r.details["dp"] == p.layout.dp
+        assert r.details["num_microbatches"] == p.time.pipeline.num_microbatches
+
+
+@pytest.mark.parametrize("change,stage", [
+    (["--tensor-model-parallel-size", "3"], "validate_args"),  # 64 % 3 != 0
+    (["--num-virtual-stages-per-pipeline-rank", "3"], "layer_split"),  # 20 layers per rank % 3 (TransformerBlock)
+    (["--recompute-granularity", "full"], "model_config"),  # full needs a method and a count
+    (["--bogus-flag"], "argparse"),
+])
+def test_megatron_rejects_broken_configs(megatron_path, change, stage):
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8),
+                         TrainingSpec(global_batch_size=128, seq_length=4096),
+                         planner.Layout(tp=4, pp=4, dp=4, zero_stage=1, sequence_parallel=True))
+    args = list(p.to_megatron().args) + change
+    r = check_megatron([megatron_payload(args, 64, p.to_megatron().env)])[0]
+    assert not r.ok and r.stage == stage, r.line()
+
+
+def test_megatron_needs_cuda_device_max_connections_for_tp(megatron_path):
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                         TrainingSpec(global_batch_size=16, seq_length=4096), planner.Layout(tp=2, dp=4, zero_stage=1))
+    ok, missing = check_megatron([megatron_payload(p.to_megatron().args, 8, p.to_megatron().env),
+                                  megatron_payload(p.to_megatron().args, 8, {})])
+    assert ok.ok and not missing.ok and "CUDA_DEVICE_MAX_CONNECTIONS" in missing.message
+
+
+def test_deepspeed_accepts_every_topk_plan():
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+
+    plans = _plans("deepspeed")
+    assert len(plans) >= 3 * 25
+    for name, p in plans:
+        files = p.to_deepspeed()
+        r = check_deepspeed(files.config, p.num_gpus, tp=p.layout.tp, pp=p.layout.pp)
+        assert r.ok, (name, p.layout.short(), r.line())
+        assert r.details["gradient_accumulation_steps"] == p.time.pipeline.num_microbatches
+
+
+@pytest.mark.parametrize("mutate,fragment", [
+    (lambda c: c.update(gradient_accumulation_steps=c["gradient_accumulation_steps"] + 1), "train_batch_size is not equal"),
+    (lambda c: c["zero_optimization"].update(bogus_knob=1), "ValidationError"),
+    (lambda c: c.update(fp16={"enabled": True}), ""),
+    (lambda c: c["zero_optimization"].update(stage=4), "ValidationError"),
+])
+def test_deepspeed_rejects_broken_configs(mutate, fragment):
+    pytest.importorskip("deepspeed")
+    import copy
+
+    from planner.check import check_deepspeed
+
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2),
+                         TrainingSpec(global_batch_size=64, seq_length=4096), planner.Layout(tp=2, dp=8, zero_stage=2))
+    cfg = copy.deepcopy(p.to_deepspeed().config)
+    mutate(cfg)
+    r = check_deepspeed(cfg, 16, tp=2)
+    assert not r.ok and fragment in r.message, r.line()
+
+
+def test_deepspeed_pipeline_rejects_zero2():
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+
+    r = check_deepspeed({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16,
+                         "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}, 16, tp=2, pp=2)
+    assert not r.ok and r.stage == "pipeline_engine"
+
+
+def test_checkresult_line():
+    assert CheckResult(False, "config", "boom").line() == "ERROR [config] boom"
+    assert CheckResult(True, "done", "", {"dp": 2}).line() == "OK dp=2"
+
+
+def test_torchtitan_accepts_every_topk_plan():
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+    from planner.emit.torchtitan import torchtitan_config_name
+
+    plans = _plans("torchtitan")
+    assert len(plans) >= 3 * 25
+    for name, p in plans:
+        module, config = torchtitan_config_name(p)
+        r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus, module=module, config=config,
+                             num_layers=p.model.num_layers)
+        assert r.ok, (name, p.layout.short(), r.line())
+        if r.details["virtual_stages"] is not None:
+            assert r.details["virtual_stages"] == p.layout.pp * p.layout.vpp
+
+
+def test_torchtitan_rejects_broken_overrides():
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+
+    bad_product = ["--parallelism.data_parallel_shard_degree", "3", "--parallelism.tensor_parallel_degree", "2"]
+    r = check_torchtitan(bad_product, 8)
+    assert not r.ok and r.stage == "parallel_dims"
+    r = check_torchtitan(["--parallelism.tensor_paralel_degree", "2"], 8)  # misspelt key
+    assert not r.ok and r.stage == "config"
