@@ -189,7 +189,7 @@ def _cmd_plan(a, out: Console) -> int:
 
 
 def _layout_from_args(a) -> Layout:
-    return Layout(tp=a.tp, pp=a.pp, dp=a.dp, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
+    return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
                   last_stage_layers=a.last_stage_layers)
@@ -229,8 +229,8 @@ def _cmd_evaluate(a, out: Console) -> int:
         t.add_row(k, f"{v:.3f}", f"{v / p.step_time_s:.0%}")
     out.print(t)
     if best is not None:
-        out.print(f"the optimum is {p.step_time_s / best.step_time_s - 1:+.1%} faster than yours" if best.step_time_s < p.step_time_s
-                  else "your layout is as fast as the optimum")
+        out.print(f"your layout takes {p.step_time_s / best.step_time_s - 1:.1%} longer per step than the optimum "
+                  f"({best.layout.short()})" if best.step_time_s < p.step_time_s else "your layout is as fast as the optimum")
     for w in p.warnings:
         out.print(f"[yellow]warning[/]: {w}")
     return EXIT_OK if p.fits else EXIT_INFEASIBLE
@@ -297,6 +297,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="the reasoning behind the plan, with numbers")
     _problem_args(p, defaults=True)
     _constraint_args(p)
+    p = sub.add_parser("report", help="a self-contained HTML review page (tables, memory, time, Pareto front)")
+    _problem_args(p, defaults=True)
+    _constraint_args(p)
+    p = sub.add_parser("sweep", help="capacity planning over a grid, in parallel: CSV + plot")
+    p.add_argument("--models", required=True, help="comma-separated model ids or files")
+    p.add_argument("--clusters", required=True, help="comma-separated cluster ids")
+    p.add_argument("--nodes", required=True, help="comma-separated node counts, e.g. 1,2,4,8")
+    p.add_argument("--seq-lengths", default="8192", help="comma-separated (default 8192)")
+    p.add_argument("--global-batch-size", type=_positive_int, default=1024)
+    p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for days and GPU-hours")
+    p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron")
+    p.add_argument("--time-limit", type=_positive_float, default=10.0)
+    p.add_argument("--workers", type=_positive_int, default=2)
+    p.add_argument("--out", default="sweep.csv")
+    p.add_argument("--plot", default=None, help="PNG path for the time-to-train plot")
     p = sub.add_parser("evaluate", help="memory and time of a layout you give")
     _problem_args(p, defaults=False)
     for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
@@ -367,7 +382,65 @@ def _cmd_check(a, out: Console) -> int:
     return EXIT_OK if result.ok else EXIT_INFEASIBLE
 
 
-COMMANDS = {"check": _cmd_check, "plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
+def _cmd_report(a, out: Console) -> int:
+    from planner.review import pareto_front, review_html
+
+    model, cluster, training = _problem(a)
+    cons = _constraints(a)
+    r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework, **cons)
+    front = pareto_front(model, cluster, training, framework=a.framework, time_limit_s=a.time_limit, **cons) \
+        if r.best is not None else []
+    path = a.out or "report.html"
+    try:
+        with open(path, "w") as f:
+            f.write(review_html(r, front))
+    except OSError as e:
+        raise PlannerError(f"{path}: cannot write ({e.strerror})") from None
+    out.print(f"wrote {path}")
+    return EXIT_INFEASIBLE if r.best is None else EXIT_OK
+
+
+def _csv_list(name: str, text: str, cast):
+    try:
+        vals = [cast(v) for v in text.split(",") if v.strip()]
+    except (ValueError, argparse.ArgumentTypeError):
+        raise _UsageError(f"--{name}: expected a comma-separated list, got {text!r}") from None
+    if not vals:
+        raise _UsageError(f"--{name}: empty list")
+    return vals
+
+
+def _cmd_sweep(a, out: Console) -> int:
+    from rich.progress import Progress
+
+    from planner.sweep import grid, min_gpus_that_fit, plot_sweep, run_sweep, write_csv
+
+    models = _csv_list("models", a.models, str)
+    clusters = _csv_list("clusters", a.clusters, str)
+    for m in models:  # fail fast, in this process, on unknown names
+        load_model(m)
+    for c in clusters:
+        load_cluster(c)
+    points = grid(models, clusters, _csv_list("nodes", a.nodes, _positive_int),
+                  _csv_list("seq-lengths", a.seq_lengths, _positive_int), a.global_batch_size, a.tokens,
+                  a.framework, a.time_limit)
+    with Progress(console=out, transient=True) as bar:
+        task = bar.add_task(f"planning {len(points)} grid points", total=len(points))
+        rows = run_sweep(points, workers=a.workers, progress=lambda _row: bar.advance(task))
+    write_csv(rows, a.out)
+    t = Table(title="minimum GPUs that fit", title_justify="left")
+    for col in ("model", "cluster", "seq", "GPUs"):
+        t.add_column(col)
+    for (m, c, s), g in min_gpus_that_fit(rows).items():
+        t.add_row(m, c, str(s), str(g) if g else f"> {max(r['gpus'] for r in rows if r['cluster'] == c)}")
+    out.print(t)
+    if a.plot:
+        plot_sweep(rows, a.plot)
+    out.print(f"wrote {a.out}" + (f" and {a.plot}" if a.plot else ""))
+    return EXIT_OK
+
+
+COMMANDS = {"sweep": _cmd_sweep, "report": _cmd_report, "check": _cmd_check, "plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
             "catalog": _cmd_catalog}
 
 

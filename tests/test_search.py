@@ -73,9 +73,9 @@ def test_topk_alternatives_match_enumerator_ranking():
     cluster = planner.load_cluster("dgx-h100", nodes=1)
     cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": 40e9})})
     training = TrainingSpec(global_batch_size=16, seq_length=4096)
-    result = plan(model, cluster, training, top_k=6, structural=False)
+    result = plan(model, cluster, training, top_k=6, structural=False, framework="megatron")
     got = [result.best, *result.alternatives]
-    ranked = enumerate_plans(model, cluster, training)
+    ranked = enumerate_plans(model, cluster, training, framework="megatron")
     assert [p.time.objective_us for p in got] == [p.time.objective_us for p in ranked[:6]]
     assert len({p.layout for p in got}) == 6
     for p in got:

@@ -1,0 +1,175 @@
+"""The CLI: commands run in-process through main(); bad input gives exit status 2 and one line,
+nothing fits gives 1 with the explanation, and never a traceback."""
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "hf"
+SMALL = ["llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16", "--seq-length", "4096", "--top-k", "2"]
+
+
+def run(argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(argv, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_plan_json():
+    code, out, err = run(["plan", *SMALL, "--json"])
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["status"] == "optimal"
+    best = data["best"]["layout"]
+    assert best["tp"] * best["pp"] * best["dp"] * best["cp"] == 8
+
+
+def test_plan_table_and_emit(tmp_path):
+    code, out, _ = run(["plan", *SMALL, "--emit", "megatron", "--out", str(tmp_path / "m")])
+    assert code == 0 and "proven optimal" in out and "ranked layouts" in out
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["megatron_args.json", "sbatch.sh", "train.sh"]
+
+
+def test_evaluate_reports_distance_from_optimum():
+    code, out, _ = run(["evaluate", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16",
+                        "--seq-length", "4096", "--tp", "8", "--zero", "1"])
+    assert code == 0 and "optimum" in out and "activations" in out
+
+
+def test_ledger_seed_numbers():
+    code, out, _ = run(["ledger", "llama2-7b", "--json"])
+    rows = json.loads(out)
+    first = rows[0]  # TP 1 x PP 1, no ZeRO: 16 bytes/param
+    assert first["total_gb"] == pytest.approx(16 * 6.738415616, rel=1e-6)
+
+
+def test_catalog_lists():
+    assert "llama3.1-405b" in run(["catalog", "models"])[1]
+    assert "gb200-nvl72" in run(["catalog", "clusters"])[1]
+
+
+def test_explain_order():
+    code, out, _ = run(["explain", *SMALL[:-2]])
+    assert code == 0
+    keys = ["Static memory", "NVLink domain", "Chosen", "Sequence length", "What binds", "Sensitivity, 2x scale-out",
+            "Sensitivity, 2x GPUs", "Sensitivity, 2x sequence"]
+    positions = [out.index(k) for k in keys]
+    assert positions == sorted(positions)
+
+
+def test_infeasible_exit_1_with_explanation():
+    code, out, err = run(["plan", "llama3.1-405b", "dgx-h100", "--nodes", "1", "--global-batch-size", "8",
+                          "--seq-length", "8192"])
+    assert code == 1 and "nothing fits" in out and "fits on" in out
+
+
+def test_sweep(tmp_path):
+    code, out, _ = run(["sweep", "--models", "llama3-8b", "--clusters", "dgx-h100", "--nodes", "1,2",
+                        "--global-batch-size", "64", "--seq-lengths", "4096", "--tokens", "1e11", "--workers", "2",
+                        "--out", str(tmp_path / "s.csv"), "--plot", str(tmp_path / "s.png")])
+    assert code == 0
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("model,cluster,nodes,gpus")
+    assert (tmp_path / "s.png").stat().st_size > 1000
+    assert "minimum GPUs that fit" in out
+
+
+BAD = [  # (argv, fragment of the one-line message)
+    (["plan", "lama3-70b"], "did you mean llama3-70b"),
+    (["plan", "llama3-70b", "dgx-h10"], "did you mean dgx-h100"),
+    (["plan", "llama3-70b", "dgx-h100", "--nodes", "0"], "positive integer"),
+    (["plan", "llama3-70b", "dgx-h100", "--nodes", "-3"], "positive integer"),
+    (["plan", "llama3-70b", "dgx-h100", "--nodes", "many"], "positive integer"),
+    (["plan", "llama3-70b", "dgx-h100", "--global-batch-size", "0"], "positive integer"),
+    (["plan", "llama3-70b", "dgx-h100", "--seq-length", "1.5"], "positive integer"),
+    (["plan", "llama3-70b", "dgx-h100", "--tp", "x"], "--tp: expected N or LO:HI"),
+    (["plan", "llama3-70b", "dgx-h100", "--pp", "2:b"], "--pp: expected N or LO:HI"),
+    (["plan", "llama3-70b", "dgx-h100", "--recompute", "sometimes"], "unknown mode 'sometimes'"),
+    (["plan", "llama3-70b", "dgx-h100", "--framework", "jax"], "invalid choice"),
+    (["plan", "llama3-70b", "dgx-h100", "--time-limit", "nan"], "positive number"),
+    (["plan", "llama3-70b", "dgx-h100", "--time-limit", "-1"], "positive number"),
+    (["plan", "llama3-70b", "dgx-h100", "--tokens", "lots"], "positive number"),
+    (["plan", "llama3-70b", "dgx-h100", "--memory-overhead", "4 parsecs"], "field 'memory_overhead'"),
+    (["plan", "llama3-70b", "dgx-h100", "--bogus"], "unrecognized arguments"),
+    (["frobnicate"], "invalid choice"),
+    (["plan", str(FIX / "broken.json"), "dgx-h100"], "not valid JSON"),
+    (["plan", str(FIX / "bert.json"), "dgx-h100"], "unsupported architecture"),
+    (["plan", str(FIX / "missing-key.json"), "dgx-h100"], "no 'intermediate_size'"),
+    (["plan", "/nonexistent/model.yaml", "dgx-h100"], "no such file"),
+    (["plan", "/nonexistent/config.json", "dgx-h100"], "no such file"),
+    (["plan", "llama3-70b", "dgx-h100", "--nodes", "8", "--framework", "deepspeed", "--cp", "2"],
+     "impossible with framework 'deepspeed'"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "3"], "does not divide world_size"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--dp", "3"],
+     "tp(8)*pp(1)*dp(3)*cp(1)=24 != world_size(64)"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--pp", "3", "--dp", "21", "--tp", "1"], "!= world_size(64)"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--zero", "5"], "invalid choice"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--recompute", "partial"], "invalid choice"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--recompute-num-layers", "4"],
+     "recompute_num_layers is only for recompute='full'"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--sequence-parallel"], "sequence_parallel needs tp > 1"),
+    (["evaluate", "llama3-70b", "dgx-h100", "--nodes", "99999999999", "--tp", "8"], ""),
+    (["ledger"], "the following arguments are required"),
+    (["ledger", "gpt5"], "unknown model 'gpt5'"),
+    (["catalog", "gpus"], "invalid choice"),
+    (["sweep", "--models", "llama3-8b", "--clusters", "dgx-h100", "--nodes", "1,x"], "--nodes: expected a comma-separated list"),
+    (["sweep", "--models", "nope", "--clusters", "dgx-h100", "--nodes", "1"], "unknown model 'nope'"),
+    (["check", "deepspeed", "ds.json"], "--world-size is needed"),
+    (["check", "megatron", "--tp", "2"], "the following arguments are required"),
+]
+
+
+@pytest.mark.parametrize("argv,fragment", BAD)
+def test_bad_input_is_one_line_exit_2(argv, fragment):
+    code, out, err = run(argv)
+    assert code == 2, (argv, code, out, err)
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err + out
+    assert fragment in err
+
+
+def test_huge_node_count_is_a_clear_error():
+    code, _, err = run(["plan", "llama3-8b", "dgx-h100", "--nodes", "10000000", "--global-batch-size", "64",
+                        "--seq-length", "4096", "--time-limit", "2"])
+    assert code in (1, 2) and "Traceback" not in err
+
+
+def test_broken_cluster_yaml(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: c\ngpu: {name: x, memory: 80 GB\n")
+    code, _, err = run(["plan", "llama3-8b", str(p)])
+    assert code == 2 and "not valid YAML" in err
+
+
+def test_unknown_yaml_key_in_cluster(tmp_path):
+    src = Path(__file__).parents[1] / "clusters" / "dgx-h100.yaml"
+    p = tmp_path / "c.yaml"
+    p.write_text(src.read_text().replace("gpus_per_node: 8", "gpus_per_node: 8\ngpus_per_nod: 8"))
+    code, _, err = run(["plan", "llama3-8b", str(p)])
+    assert code == 2 and "field 'gpus_per_nod': unknown key" in err
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    html_path = tmp_path / "report.html"
+    code, out, _ = run(["report", *SMALL, "--out", str(html_path)])
+    assert code == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", html_path.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    for section in ("alternatives", "memory", "time", "pareto", "why"):
+        assert f'id="{section}"' in dom
+    assert dom.count("data:image/png;base64,") == 3
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *flags, "--window-size=1200,2400", f"--screenshot={shot}", html_path.as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.stat().st_size > 50_000  # a rendered page with three figures, not a blank one
