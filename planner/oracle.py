@@ -20,7 +20,7 @@ def enumerate_plans(
     cluster: ClusterSpec,
     training: TrainingSpec,
     *,
-    framework: str | None = None,
+    framework: str | None = "megatron",
     allow_idle: bool = False,
     constraints: dict[str, Any] | None = None,
 ) -> list[Plan]:

@@ -234,6 +234,8 @@ def _solve_lexicographic(t: Tables, cluster: ClusterSpec, deadline: float, *, bo
     if built is None:
         return cp_model.INFEASIBLE, None, None, None
     m, h = built
+    if bound is not None:  # rows were kept only if they can reach the bound: solutions above it are not complete
+        m.add(h.objective <= bound)
     m.minimize(h.objective)
     s = _solver(deadline - time.perf_counter())
     st = s.solve(m)
