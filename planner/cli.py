@@ -76,6 +76,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true")
+    g.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default=None,
+                   help="rank placement (tp-cp-pp-dp = Megatron's --use-tp-pp-dp-mapping)")
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
                    help="launch target; restricts ZeRO stages (default megatron)")
     p.add_argument("--top-k", type=_positive_int, default=5)
@@ -127,6 +129,8 @@ def _constraints(a) -> dict[str, Any]:
         c["sequence_parallel"] = False
     if a.no_uneven_stages:
         c["uneven_stages"] = False
+    if a.rank_order:
+        c["rank_order"] = a.rank_order
     return {k: v for k, v in c.items() if v is not None}
 
 
@@ -192,7 +196,7 @@ def _layout_from_args(a) -> Layout:
     return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
-                  last_stage_layers=a.last_stage_layers)
+                  last_stage_layers=a.last_stage_layers, rank_order=a.rank_order)
 
 
 def _cmd_evaluate(a, out: Console) -> int:
@@ -323,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
     p.add_argument("--time-limit", type=_positive_float, default=10.0)
     p.add_argument("--json", action="store_true")
     _emit_args(p)

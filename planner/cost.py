@@ -115,7 +115,7 @@ class LayerTime:
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> LayerTime:
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
-                          layout.sequence_parallel)
+                          layout.sequence_parallel)  # tp and cp are the two innermost axes in either rank order
 
 
 @memo()
@@ -141,7 +141,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2].
     tp_fwd = tp_bwd = 0.0
     if tp > 1:
-        group = placement(cluster, tp, 1)
+        group = placement(cluster, (tp, 1))
         nbytes = 2 * tokens * model.hidden_size
         if sequence_parallel:
             one = collective_time(cluster, group, "allgather", nbytes) + collective_time(cluster, group, "reducescatter", nbytes)
@@ -152,7 +152,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     # the resident block; backward moves K/V and dK/dV [MegatronCP], [HwRef §4.7].
     cp_fwd = cp_bwd = 0.0
     if cp > 1:
-        group = placement(cluster, cp, tp)
+        group = placement(cluster, (cp, tp))
         kv_bytes = 2 * 2 * b * (s / cp) * model.kv_hidden / min(tp, model.kv_heads)
         step = p2p_time(cluster, group.tier, kv_bytes)
         attn_step = attn / cp

@@ -149,12 +149,15 @@ class Space:
     """(pp, vpp) -> (mode, recompute_num_layers) options."""
     zeros: dict[int, tuple[int, ...]]
     """pp -> ZeRO stages the target framework allows."""
+    rank_order: str = "tp-cp-dp-pp"
+    """Rank placement used for every candidate."""
 
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
-                      last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero)
+                      last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
+                      rank_order=self.rank_order)
 
     def size(self) -> int:
         """Number of full candidate layouts."""
@@ -175,7 +178,7 @@ def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) ->
 
 
 CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "zero_stage", "micro_batch_size", "recompute", "vpp",
-                   "sequence_parallel", "uneven_stages")
+                   "sequence_parallel", "uneven_stages", "rank_order")
 
 
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
@@ -214,8 +217,8 @@ def _splits(L: int, pp: int, v: int, allow_uneven: bool) -> tuple[tuple[int | No
 # parallelism, no interleaved pipeline and balances stages itself; torchtitan has no Megatron-style
 # uneven first/last counts; neither has "recompute the first N layers of each stage".
 FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
-    "deepspeed": {"cp": 1, "vpp": 1, "uneven_stages": False, "partial_recompute": False},
-    "torchtitan": {"uneven_stages": False, "partial_recompute": False},
+    "deepspeed": {"cp": 1, "vpp": 1, "uneven_stages": False, "partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
+    "torchtitan": {"uneven_stages": False, "partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
 }
 
 
@@ -297,9 +300,12 @@ def build_space(
                                 if not probs and _splits(L, pp, v, _allowed("uneven_stages", True, constraints)):
                                     shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
     allow_uneven = _allowed("uneven_stages", True, constraints)
+    order = constraints.get("rank_order") or "tp-cp-dp-pp"
+    if order not in ("tp-cp-dp-pp", "tp-cp-pp-dp"):
+        raise PlannerError(f"rank_order must be 'tp-cp-dp-pp' or 'tp-cp-pp-dp', got {order!r}")
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     splits = {k: _splits(L, k[0], k[1], allow_uneven) for k in keys}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
              for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), splits, recomputes, zeros)
+    return Space(tuple(shapes), splits, recomputes, zeros, order)

@@ -374,6 +374,8 @@ class Layout(_Spec):
     """Layers on the first pipeline stage when uneven (None = even split)."""
     last_stage_layers: PosInt | None = None
     """Layers on the last pipeline stage when uneven (None = even split)."""
+    rank_order: Literal["tp-cp-dp-pp", "tp-cp-pp-dp"] = "tp-cp-dp-pp"
+    """Rank placement, innermost axis first: Megatron's default, or its --use-tp-pp-dp-mapping."""
 
     @property
     def model_parallel(self) -> int:
@@ -397,4 +399,6 @@ class Layout(_Spec):
             parts.append("sp")
         if self.first_stage_layers or self.last_stage_layers:
             parts.append(f"stages={self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}")
+        if self.rank_order != "tp-cp-dp-pp":
+            parts.append(f"order={self.rank_order}")
         return " ".join(parts)

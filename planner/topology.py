@@ -1,7 +1,8 @@
 """The cluster as a networkx graph, and the tier, sharing and bandwidth of each parallel group.
 
-Ranks are laid out in Megatron's default order tp-cp-dp-pp, innermost first
-(launch-configs.md §2.1, '--use-tp-pp-dp-mapping' changes it), so rank r sits on GPU r.
+Ranks are laid out in Megatron's order, innermost first: tp-cp-dp-pp by default, or tp-cp-pp-dp
+with '--use-tp-pp-dp-mapping' (Layout.rank_order; megatron/training/initialize.py), and rank r
+sits on GPU r.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from planner.specs import ClusterSpec, Layout
 
 __all__ = ["AXES", "cluster_graph", "GroupPlacement", "group_placement", "axis_stride", "placement"]
 
-AXES = ("tp", "cp", "dp", "pp")  # innermost first (Megatron's tp-cp-ep-dp-pp without ep)
+AXES = ("tp", "cp", "dp", "pp")  # the default order, innermost first (Megatron's tp-cp-ep-dp-pp without ep)
 
 
 def cluster_graph(cluster: ClusterSpec) -> nx.Graph:
@@ -42,9 +43,9 @@ def _graph(name, world, gpn, domain, nvl_bw, nics, nic_bw) -> nx.Graph:
 
 
 def axis_stride(layout: Layout, axis: str) -> int:
-    """Rank distance between neighbours of a group on `axis`."""
+    """Rank distance between neighbours of a group on `axis`, in the layout's rank order."""
     stride = 1
-    for ax in AXES:
+    for ax in layout.rank_order.split("-"):
         if ax == axis:
             return stride
         stride *= getattr(layout, ax)
@@ -71,25 +72,26 @@ def group_placement(cluster: ClusterSpec, layout: Layout, axis: str) -> GroupPla
     `axis` is one of AXES, or 'dpcp': the data-parallel x context-parallel group over which Megatron
     reduces gradients (cp sits just inside dp, so the two form one contiguous group).
     """
-    if axis == "dpcp":
-        size, stride = layout.dp * layout.cp, layout.tp
-    else:
-        size, stride = getattr(layout, axis), axis_stride(layout, axis)
-    return placement(cluster, size, stride)
+    axes = ("cp", "dp") if axis == "dpcp" else (axis,)
+    return placement(cluster, *[(getattr(layout, ax), axis_stride(layout, ax)) for ax in axes])
 
 
-def placement(cluster: ClusterSpec, size: int, stride: int) -> GroupPlacement:
-    """Tier and NIC sharing of a group of `size` ranks spaced `stride` apart (the one holding rank 0)."""
+def placement(cluster: ClusterSpec, *axes: tuple[int, int]) -> GroupPlacement:
+    """Tier and NIC sharing of the group spanned by (size, stride) axes (the one holding rank 0)."""
     return _placement(cluster.name, cluster.world_size, cluster.gpus_per_node, cluster.nvlink_domain_size,
                       cluster.nvlink.ring_busbw, cluster.scaleout.nics_per_node, cluster.scaleout.nic_busbw,
-                      size, stride)
+                      tuple(axes))
 
 
 @lru_cache(maxsize=4096)
-def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, size, stride) -> GroupPlacement:
+def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, axes) -> GroupPlacement:
+    members = [0]  # the group holding rank 0
+    for size, stride in axes:
+        members = [m + k * stride for m in members for k in range(size)]
+    members.sort()
+    size = len(members)
     if size == 1:
         return GroupPlacement(1, "local", 1, nics / gpn)
-    members = [k * stride for k in range(size)]  # the group holding rank 0
     if members[-1] >= world:  # layout larger than the cluster: price it as crossing the fabric
         return GroupPlacement(size, "scaleout", 1, nics / gpn)
     g = _graph(name, world, gpn, domain, nvl_bw, nics, nic_bw)

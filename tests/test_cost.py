@@ -60,7 +60,7 @@ def test_allreduce_time_by_hand():
     """8-GPU NVLS all-reduce of 1 GiB on DGX H100: busbw = 480 GB/s x (466/479) (the measured
     curve at 1 GiB); t = 25 us + 2 * 7/8 * S / busbw (nccl-tests PERFORMANCE.md)."""
     c = planner.load_cluster("dgx-h100")
-    g = placement(c, 8, 1)
+    g = placement(c, (8, 1))
     S = 2**30
     bw = 480e9 * 466 / 479
     assert busbw(c, g, "allreduce", S) == pytest.approx(bw)
@@ -78,6 +78,25 @@ def test_scaleout_group_gets_one_nic_per_member_per_node():
     # a pure-DP ring spanning 4 nodes has 8 members per node: min(370, 8 x 47) GB/s
     g8 = group_placement(c, Layout(dp=32), "dp")
     assert busbw(c, g8, "allreduce", 8 * 2**30) == pytest.approx(370e9)
+
+
+def test_rank_order_moves_dp_and_pp_groups():
+    """tp-cp-dp-pp (default): with tp 8 x pp 2 x dp 4 on 8 nodes a DP group has one member per node;
+    with tp-cp-pp-dp (--use-tp-pp-dp-mapping) the PP neighbours are 8 ranks apart instead of 32."""
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    default = Layout(tp=8, pp=2, dp=4)
+    swapped = Layout(tp=8, pp=2, dp=4, rank_order="tp-cp-pp-dp")
+    assert (group_placement(c, default, "dp").per_node, group_placement(c, default, "pp").per_node) == (1, 1)
+    from planner.topology import axis_stride
+    assert (axis_stride(default, "dp"), axis_stride(default, "pp")) == (8, 32)
+    assert (axis_stride(swapped, "pp"), axis_stride(swapped, "dp")) == (8, 16)
+    # the dp x cp gradient group: ranks {0, 2, 4, 6} by default (one node), {0, 2, 8, 10} with pp
+    # inside it (two nodes, two members each)
+    two = planner.load_cluster("dgx-h100", nodes=2)
+    g = group_placement(two, Layout(tp=2, cp=2, pp=2, dp=2), "dpcp")
+    assert (g.size, g.tier) == (4, "nvlink")
+    g = group_placement(two, Layout(tp=2, cp=2, pp=2, dp=2, rank_order="tp-cp-pp-dp"), "dpcp")
+    assert (g.size, g.tier, g.per_node) == (4, "scaleout", 2)
 
 
 def test_tp_forced_across_nodes_is_much_slower_and_warned():

@@ -47,6 +47,7 @@ SCENARIOS = [
     ("qwen2.5-72b", "dgx-h100", 16, 512, 4096, {"recompute": ["selective"], "cp": 1}),
     ("gpt3-13b", "dgx-h100", 2, 256, 2048, {"recompute": "full", "pp": (2, None)}),
     ("llama2-7b", "dgx-h100", 4, 512, 4096, {"pp": (2, None), "tp": 1}),
+    ("llama3-70b", "dgx-h100", 16, 256, 8192, {"pp": (2, None), "rank_order": "tp-cp-pp-dp"}),
 ]
 
 
@@ -54,7 +55,7 @@ def _plans(framework):
     out = []
     for mref, cref, nodes, gbs, seq, cons in SCENARIOS:
         if framework != "megatron":
-            cons = {k: v for k, v in cons.items() if k not in ("cp", "vpp", "uneven_stages")}
+            cons = {k: v for k, v in cons.items() if k not in ("cp", "vpp", "uneven_stages", "rank_order")}
         r = plan(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
                  TrainingSpec(global_batch_size=gbs, seq_length=seq), top_k=TOP_K, structural=False,
                  framework=framework, **cons)

@@ -21,6 +21,8 @@ DEEPSPEED_VERSION = "deepspeed 0.19.8"
 
 def _check(plan: Plan) -> None:
     lay = plan.layout
+    if lay.rank_order != "tp-cp-dp-pp":
+        raise PlannerError(f"DeepSpeed: rank order {lay.rank_order} is Megatron's --use-tp-pp-dp-mapping; not emitted here")
     if lay.cp > 1:
         raise PlannerError(f"DeepSpeed: cp({lay.cp}) > 1 has no DeepSpeed equivalent; plan with framework='deepspeed'")
     if lay.vpp > 1:

@@ -55,6 +55,8 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)]
     if lay.sequence_parallel and lay.tp > 1:
         a += ["--sequence-parallel"]
+    if lay.rank_order == "tp-cp-pp-dp":
+        a += ["--use-tp-pp-dp-mapping"]
     if lay.zero_stage == 1:
         a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     elif lay.zero_stage in (2, 3):

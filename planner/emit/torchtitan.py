@@ -18,6 +18,8 @@ TORCHTITAN_VERSION = "torchtitan 0.3.0"
 
 def _check(plan: Plan) -> None:
     lay = plan.layout
+    if lay.rank_order != "tp-cp-dp-pp":
+        raise PlannerError(f"torchtitan: rank order {lay.rank_order} is Megatron's --use-tp-pp-dp-mapping; not emitted here")
     if lay.zero_stage in (1, 2):
         raise PlannerError(f"torchtitan: ZeRO-{lay.zero_stage} does not exist there (FSDP2 = ZeRO-3, or replicate = 0); "
                            "plan with framework='torchtitan'")
