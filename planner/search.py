@@ -1,17 +1,20 @@
 """CP-SAT search for the fastest layout that fits, with ranked alternatives and infeasibility answers.
 
-Model (section order as in the OR-Tools samples: model, variables, constraints, objective, solve):
-    shape  in S: (tp, pp, dp, cp, mbs, vpp, sp) tuples, legal by planner.space (product = world,
-           divisibility, NVLink: tp divides the NVLink domain, user and framework constraints)
-    split  : uneven first/last stage layers;  rc: recompute mode and recomputed layers per stage
-    zero   : ZeRO stage
-    q      : one (shape, split, rc) row of the pipeline table -> pipeline time, non-static memory
-    w      : one (shape, split, zero) row of the static table -> DP + optimizer time, static memory
-Memory: for the first, second and last stage (the only ones that can peak: middle stages hold
-fewer micro-batches than the second), non-static(q) + static(w) <= capacity, in MiB.
-Objective: pipeline(q) + dp_and_optimizer(w), integer microseconds. Every number in the tables comes
-from planner.cost / planner.memory, the functions evaluate() uses; every returned plan is
-re-evaluated and must reproduce the solver's objective exactly.
+Tables first (planner.space enumerates the legal candidates; planner.cost / planner.memory price
+them, the same functions evaluate() uses):
+    pipeline rows: one per (shape, split, rc) -> pipeline time (us) and non-static memory (MiB)
+    static rows:   one per (shape, split, zero) -> DP + optimizer time (us) and static memory (MiB)
+where shape = (tp, pp, dp, cp, micro-batch, vpp, sp) is legal by planner.space (product = world,
+divisibility, NVLink: tp divides the NVLink domain, user and framework constraints), split is the
+uneven first/last stage layers, rc the recompute mode and recomputed layers per stage.
+
+Model (section order as in the OR-Tools samples: variables, constraints, objective, solve): one
+Boolean per row; exactly one pipeline row and one static row, from the same (shape, split) group;
+the degree variables tp, pp, dp, cp, mbs, vpp, zero as linear expressions of the choice; for the
+first, second and last stage (the only ones that can peak: middle stages hold fewer micro-batches
+than the second) non-static + static memory <= capacity; objective = pipeline + DP/optimizer time in
+integer microseconds (or-tools #3639: no floats). Every returned plan is re-evaluated and must
+reproduce the solver's objective exactly.
 Ties are broken by a second solve: lower peak memory, then the earlier candidate in the space's
 order (smaller tp, then cp, pp, micro-batch, ...; see planner.space.build_space).
 """
@@ -27,9 +30,9 @@ from ortools.sat.python import cp_model
 
 from planner.cost import dp_time, optimizer_time, pipeline_time
 from planner.errors import PlannerError
-from planner.plans import MEM_UNIT_BYTES, STATIC_ITEMS, TIME_UNIT_S, Plan, _ceil_units, evaluate
+from planner.plans import MEM_UNIT_BYTES, TIME_UNIT_S, Plan, _ceil_units, evaluate
 from planner.memory import stage_activation_items, stage_layers, stage_static_items, static_memory
-from planner.space import Shape, Space, build_space
+from planner.space import Space, build_space
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["PlanResult", "Alternative", "Infeasibility", "plan", "build_tables", "Tables"]

@@ -1,6 +1,5 @@
 """Cost-model terms against hand-worked numbers, paper formulas and direction checks."""
 
-import math
 
 import pytest
 

@@ -11,7 +11,7 @@ from planner.memory import (
     stage_layers,
     static_memory,
 )
-from planner.specs import Layout, ModelSpec, TrainingSpec
+from planner.specs import Layout, TrainingSpec
 
 GB = 1e9
 
