@@ -2,7 +2,7 @@
 
     python benchmarks/calibrate.py dgx-h100 [dgx-a100-80g ...]
 
-Grid search over attention efficiency, fused/unfused elementwise traffic and DP overlap, for all
+Grid search over the unfused attention efficiency, fused/unfused elementwise traffic and DP overlap, for all
 rows of that GPU (every source group weighted equally: the score is the mean of the group medians
 of |error| plus a quarter of the worst row). Prints the best values; they are then written, with
 provenance, into the cluster YAMLs by hand. No per-row factors.
@@ -22,7 +22,7 @@ from runs import load_runs  # noqa: E402
 from planner.plans import evaluate  # noqa: E402
 
 GRID = {
-    "attention_efficiency": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],
+    "attention_efficiency_unfused": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],
     "elementwise_passes": [4.0, 8.0, 16.0],
     "elementwise_passes_unfused": [30.0, 45.0, 60.0, 80.0, 100.0, 130.0],
     "dp_overlap": [0.0, 0.25, 0.5],

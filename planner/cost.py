@@ -127,7 +127,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     gemm = _gemm_time(cluster, layer_gemm_flops(model, tokens, tp))
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
-    attn = attn_flops / (gpu.peak_bf16_flops * (cal.attention_efficiency if flash else gemm_efficiency(cluster, attn_flops)))
+    attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
+    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff if flash else gemm_efficiency(cluster, attn_flops)))
     if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
         attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;

@@ -265,7 +265,9 @@ class Calibration(_Spec):
     gemm_efficiency: list[tuple[float, float]]
     """(GFLOP of one GEMM, fraction of dense peak) points; log-interpolated, clamped at the ends."""
     attention_efficiency: float = Field(gt=0, le=1)
-    """Fraction of dense peak reached by the fused (flash) attention kernel."""
+    """Fraction of dense peak a flash-attention kernel reaches on causal-halved FLOPs (measured FA2 forward)."""
+    attention_efficiency_unfused: float = Field(gt=0, le=1)
+    """The same for the attention kernels of eager-PyTorch trainers (fitted on MPT / torchtitan runs)."""
     elementwise_passes: float = Field(ge=0)
     """Memory-bound traffic per layer per token in units of 2*h bytes, with fused kernels (Megatron/TE)."""
     elementwise_passes_unfused: float = Field(ge=0)
