@@ -25,7 +25,7 @@ import numpy as np
 from planner._memo import memo
 from planner.comm import collective_time, p2p_time
 from planner.memory import stage_layers, stage_params
-from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 
 __all__ = [
@@ -211,7 +211,7 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """
     lt = _layer_time(model, cluster, training, layout)
     b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
-    m = training.global_batch_size // (layout.dp * b)
+    m = num_microbatches(training, layout)
     tokens = b * s / cp
     layers = stage_layers(model, layout)
     # logits GEMM forward + 2x backward on the last stage; the loss is negligible beside it
@@ -259,22 +259,15 @@ def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     psi = stage_params(model, layout, big, layers[big])
     grad_b = 2 if training.grad_dtype == "bf16" else 4
     group = group_placement(cluster, layout, "dpcp")
-    window = cluster.calibration.dp_overlap * pipeline_compute_window(model, cluster, training, layout)
+    lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
+    window = cluster.calibration.dp_overlap * layers[big] * (lt.fwd + lt.bwd)
     rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
     ag = collective_time(cluster, group, "allgather", psi * 2)
     if layout.zero_stage == 0:
         return max(0.0, collective_time(cluster, group, "allreduce", psi * grad_b) - window)
     if layout.zero_stage in (1, 2):
         return max(0.0, rs + ag - window)
-    m = training.global_batch_size // (layout.dp * layout.micro_batch_size)
-    return m * max(0.0, 2 * ag + rs - window)
-
-
-def pipeline_compute_window(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
-    """Compute of one micro-batch (fwd + bwd, no recompute) on the stage with the most parameters."""
-    lt = _layer_time(model, cluster, training, layout)
-    layers = stage_layers(model, layout)
-    return layers[_largest_stage(model, layout, layers)] * (lt.fwd + lt.bwd)
+    return num_microbatches(training, layout) * max(0.0, 2 * ag + rs - window)
 
 
 def optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from planner._memo import memo
 from planner.errors import SpecError
-from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = [
     "StaticMemory",
@@ -30,6 +30,7 @@ __all__ = [
     "stage_memory",
     "stage_static_items",
     "stage_activation_items",
+    "STATIC_ITEMS",
 ]
 
 PARAM_BYTES = 2  # bf16/fp16 weights
@@ -360,6 +361,10 @@ class MemoryLedger:
         return self.capacity - self.peak_bytes
 
 
+STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather"})
+"""The names stage_static_items produces: the items that depend on the ZeRO stage."""
+
+
 def stage_static_items(
     model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int
 ) -> list[MemoryItem]:
@@ -385,7 +390,7 @@ def stage_activation_items(
 ) -> list[MemoryItem]:
     """The items that do not depend on the ZeRO stage: activations, logits, overhead."""
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
-    m = training.global_batch_size // (layout.dp * b)
+    m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention)
     none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
     flight = in_flight_microbatches(layout, stage, m)

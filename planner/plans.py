@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planner.cost import (
     PipelineTime,
@@ -12,17 +12,15 @@ from planner.cost import (
     optimizer_time,
     pipeline_time,
 )
-from planner.memory import MemoryLedger, memory_ledger
-from planner.space import check_layout, num_microbatches
-from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
+from planner.space import check_layout
+from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
 
-__all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES", "STATIC_ITEMS"]
+__all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
 
 TIME_UNIT_S = 1e-6  # the search's integer time unit (microseconds)
 MEM_UNIT_BYTES = 2**20  # the search's integer memory unit (MiB)
-STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather"})
-"""Ledger items that depend on the ZeRO stage; every other item depends on the rest of the layout."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +194,7 @@ def evaluate(
     if not plan.fits:
         warnings.append(f"does not fit: peak {led.peak_bytes / 2**30:.1f} GiB on stage {led.peak_stage.stage} "
                         f"> {led.capacity / 2**30:.1f} GiB")
-    if num_microbatches(training, layout) < layout.pp:
-        warnings.append(f"only {num_microbatches(training, layout)} micro-batches for pp({layout.pp}): "
-                        "the pipeline never fills")
-    return Plan(model, cluster, training, layout, led, time, tuple(warnings))
+    m = num_microbatches(training, layout)
+    if m < layout.pp:
+        warnings.append(f"only {m} micro-batches for pp({layout.pp}): the pipeline never fills")
+    return replace(plan, warnings=tuple(warnings))

@@ -76,11 +76,11 @@ def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     t = Tables(space, splits, recs, capacity_mib=int(cluster.gpu.memory // MEM_UNIT_BYTES))
     cap = t.capacity_mib
     for si, sh in enumerate(space.shapes):
+        slots = _slots(sh.pp)
         for u in space.splits[(sh.pp, sh.vpp)]:
-            slots = _slots(sh.pp)
+            layers = stage_layers(model, space.layouts(sh, u, ("none", None), 0))  # depends on (shape, split) only
             for z in space.zeros[sh.pp]:
                 lay = space.layouts(sh, u, ("none", None), z)
-                layers = stage_layers(model, lay)
                 mib = tuple(_mib(stage_static_items(model, training, lay, k, layers[k])) for k in slots)
                 if prune and max(mib) > cap:
                     continue
@@ -90,7 +90,6 @@ def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                                                + optimizer_time(model, cluster, training, lay), TIME_UNIT_S))
             for r in space.recomputes[(sh.pp, sh.vpp)]:
                 lay = space.layouts(sh, u, r, 0)
-                layers = stage_layers(model, lay)
                 mib = tuple(_mib(stage_activation_items(model, cluster, training, lay, k, layers[k])) for k in slots)
                 if prune and max(mib) > cap:
                     continue
@@ -383,10 +382,7 @@ def plan(
     start = time.perf_counter()
     cons = _constraints(constraints)
     space = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle, constraints=cons)
-    if not space.shapes:
-        status, plans, gap = "infeasible", [], 0.0
-    else:
-        status, plans, gap, _ = _solve_space(model, cluster, training, space, time_limit_s, top_k)
+    status, plans, gap, _ = _solve_space(model, cluster, training, space, time_limit_s, top_k)
     solve_time = time.perf_counter() - start
     if not plans:
         inf = explain_infeasible(model, cluster, training, space, framework=framework, constraints=cons)
@@ -408,19 +404,18 @@ def _binds(p: Plan) -> str:
 
 def _structural(model, cluster, training, best: Plan, framework, cons, time_limit_s) -> list[Alternative]:
     out = []
-    variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster),
-                ("best without recomputation", dict(cons, recompute="none"), cluster)]
+    variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster, best.layout.pp == 1),
+                ("best without recomputation", dict(cons, recompute="none"), cluster, best.layout.recompute == "none")]
     if cluster.num_nodes >= 2 and cluster.num_nodes % 2 == 0:
         half = cluster.model_copy(update={"num_nodes": cluster.num_nodes // 2})
-        variants.append(("best on half the GPUs", cons, half))
-    for label, c, cl in variants:
-        if label.startswith("best without p") and best.layout.pp == 1 or \
-           label.startswith("best without r") and best.layout.recompute == "none":
+        variants.append(("best on half the GPUs", cons, half, False))
+    for label, c, cl, best_qualifies in variants:
+        if best_qualifies:
             out.append(Alternative(label, best, 0.0, "the best plan already qualifies"))
             continue
         try:
             sp = build_space(model, cl, training, framework=framework, constraints=c)
-            status, plans, _, _ = _solve_space(model, cl, training, sp, time_limit_s / 3, 1) if sp.shapes else ("infeasible", [], 0, None)
+            _, plans, _, _ = _solve_space(model, cl, training, sp, time_limit_s / 3, 1)
         except PlannerError as err:
             out.append(Alternative(label, None, None, str(err)))
             continue

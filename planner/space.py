@@ -7,7 +7,7 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 from __future__ import annotations
 
 from planner.errors import InvalidLayout
-from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec
+from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors"]
 
@@ -18,15 +18,14 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
-def num_microbatches(training: TrainingSpec, layout: Layout) -> int:
-    """m = global batch / (dp * micro-batch) (floor; check_layout requires exact division)."""
-    return training.global_batch_size // (layout.dp * layout.micro_batch_size)
-
-
 def layout_problems(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False,
+    pipeline_split: bool = True,
 ) -> list[str]:
-    """Every rule the layout breaks, each as one line with its arithmetic (empty when legal)."""
+    """Every rule the layout breaks, each as one line with its arithmetic (empty when legal).
+
+    pipeline_split=False leaves out the stage-layer rules (build_space checks splits on their own).
+    """
     lay, bad = layout, []
     tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
     world, n = cluster.world_size, lay.world_size
@@ -57,9 +56,10 @@ def layout_problems(
             bad.append(f"(seq_length({s})/cp({cp})) % tp({tp}) = {(s // cp) % tp} != 0 (sequence parallel)")
     if lay.recompute_num_layers is not None and lay.recompute != Recompute.FULL:
         bad.append("recompute_num_layers is only for recompute='full'")
-    bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
+    if pipeline_split:
+        bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
     if v > 1:
-        m = gbs // (dp * mbs) if dp * mbs else 0
+        m = num_microbatches(training, lay)
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
     return bad
@@ -191,9 +191,7 @@ def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
     """
     if framework in (None, "any"):
         return (0, 1, 2, 3)
-    if framework == "megatron":
-        return (0, 1, 2, 3) if pp == 1 else (0, 1)
-    if framework == "deepspeed":
+    if framework in ("megatron", "deepspeed"):
         return (0, 1, 2, 3) if pp == 1 else (0, 1)
     return (0, 3)
 
@@ -295,8 +293,8 @@ def build_space(
                                     continue
                                 lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
                                              sequence_parallel=sp)
-                                probs = [p for p in layout_problems(model, cluster, training, lay, allow_idle=allow_idle)
-                                         if not p.startswith(("num_layers(", "layers per stage", "stage layer counts"))]
+                                probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
+                                                        pipeline_split=False)
                                 if not probs and _splits(L, pp, v, _allowed("uneven_stages", True, constraints)):
                                     shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
     allow_uneven = _allowed("uneven_stages", True, constraints)

@@ -30,6 +30,7 @@ __all__ = [
     "ClusterSpec",
     "TrainingSpec",
     "Layout",
+    "num_microbatches",
     "format_validation_error",
 ]
 
@@ -404,3 +405,8 @@ class Layout(_Spec):
         if self.rank_order != "tp-cp-dp-pp":
             parts.append(f"order={self.rank_order}")
         return " ".join(parts)
+
+
+def num_microbatches(training: TrainingSpec, layout: Layout) -> int:
+    """m = global batch / (dp * micro-batch) (floor; planner.space requires exact division)."""
+    return training.global_batch_size // (layout.dp * layout.micro_batch_size)

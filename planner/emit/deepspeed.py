@@ -12,7 +12,7 @@ import shlex
 from planner.emit import LaunchFiles, dump_json
 from planner.errors import PlannerError
 from planner.plans import Plan
-from planner.specs import Family, Recompute
+from planner.specs import Family, Recompute, num_microbatches
 
 __all__ = ["ds_config", "to_deepspeed", "DEEPSPEED_VERSION"]
 
@@ -40,7 +40,7 @@ def ds_config(plan: Plan) -> dict:
     """The ds_config dictionary (train_batch_size = micro x GAS x DP)."""
     _check(plan)
     lay, t = plan.layout, plan.training
-    gas = t.global_batch_size // (lay.micro_batch_size * lay.dp)
+    gas = num_microbatches(t, lay)
     zero: dict = {"stage": lay.zero_stage}
     if lay.zero_stage >= 1:
         zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": lay.pp == 1,
