@@ -35,24 +35,95 @@ def cluster_ids() -> list[str]:
     return sorted(p.stem for p in catalog_dir("clusters").glob("*.yaml"))
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+MAX_FILE_BYTES = 1 << 20
+"""Model, cluster and config.json files larger than 1 MiB are refused (real ones are a few KiB)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys and aliases (a spec has neither; both hide mistakes)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise CatalogError(f"duplicate key '{key}' (line {key_node.start_mark.line + 1})")
+            if isinstance(key, (str, int, float, bool)):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise CatalogError(f"YAML aliases (*{event.anchor}) are not accepted (line {event.start_mark.line + 1})")
+        return super().compose_node(parent, index)
+
+
+def _read_text(path: Path) -> str:
+    """The file's text: UTF-8, at most MAX_FILE_BYTES, every failure one CatalogError line."""
     try:
-        data = yaml.safe_load(path.read_text())
+        if not path.is_file():
+            raise CatalogError(f"{_shown(path)}: no such file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise CatalogError(f"{_shown(path)}: larger than {MAX_FILE_BYTES // 2**10} KiB; not a spec file")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CatalogError(f"{_shown(path)}: not UTF-8 text (byte {err.start})") from None
+    except OSError as err:
+        raise CatalogError(f"{_shown(path)}: cannot read ({err.strerror or err})") from None
+
+
+def _shown(path: Path | str) -> str:
+    """A path for a message: its repr when odd characters would spill into the terminal, shortened."""
+    text = str(path)
+    if len(text) > 120:
+        text = text[:60] + "..." + text[-40:]
+    return text if text.isprintable() else repr(text)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    text = _read_text(path)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except CatalogError as err:
+        raise CatalogError(f"{path.name}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise CatalogError(f"{path.name}: not valid YAML{where}") from None
-    except OSError as err:
-        raise CatalogError(f"{path}: cannot read ({err.strerror})") from None
+        raise CatalogError(f"{_shown(path.name)}: not valid YAML{where}") from None
+    except RecursionError:
+        raise CatalogError(f"{_shown(path.name)}: nested too deeply to be a spec") from None
     if not isinstance(data, dict):
-        raise CatalogError(f"{path.name}: expected a mapping of fields at the top level")
+        raise CatalogError(f"{_shown(path.name)}: expected a mapping of fields at the top level")
     return data
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ConfigImportError(f"duplicate key '{k}'")
+        out[k] = v
+    return out
+
+
+def _read_json(path: Path) -> Any:
+    text = _read_text(path)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as err:
+        raise ConfigImportError(f"{_shown(path.name)}: not valid JSON (line {err.lineno}: {err.msg})") from None
+    except ConfigImportError as err:
+        raise ConfigImportError(f"{_shown(path.name)}: {err}") from None
+    except RecursionError:
+        raise ConfigImportError(f"{_shown(path.name)}: nested too deeply to be a config.json") from None
+
+
 def _unknown(kind: str, ref: str, ids: list[str]) -> CatalogError:
-    close = difflib.get_close_matches(ref, ids, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(ref[:200], ids, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ids)}"
-    return CatalogError(f"unknown {kind} '{ref}'{hint}")
+    shown = _shown(ref)
+    return CatalogError(f"unknown {kind} {shown if shown.startswith(chr(39)) else repr(shown)}{hint}")
 
 
 @cache
@@ -76,21 +147,19 @@ def load_model(ref: str | Path | ModelSpec) -> ModelSpec:
     """
     if isinstance(ref, ModelSpec):
         return ref
+    if not isinstance(ref, (str, Path)):
+        raise CatalogError(f"model: expected a catalog id, a file path or a ModelSpec, got {type(ref).__name__}")
     text = str(ref)
+    if "\x00" in text:
+        raise CatalogError(f"model {_shown(text)}: a name or path cannot contain NUL")
     path = Path(text)
     if text in model_ids():
         return _catalog_model(text)
     if path.suffix == ".json":
-        if not path.is_file():
-            raise CatalogError(f"{text}: no such file")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ConfigImportError(f"{path.name}: not valid JSON (line {err.lineno}: {err.msg})") from None
-        return model_from_hf_config(data, name=path.parent.name or path.stem)
+        data = _read_json(path)
+        name = path.resolve().parent.name or path.stem
+        return model_from_hf_config(data, name=name)
     if path.suffix in (".yaml", ".yml"):
-        if not path.is_file():
-            raise CatalogError(f"{text}: no such file")
         return ModelSpec.load(_read_yaml(path), path.name)
     raise _unknown("model", text, model_ids())
 
@@ -110,14 +179,16 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
     if isinstance(ref, ClusterSpec):
         data = ref.model_dump()
         where = ref.name
+    elif not isinstance(ref, (str, Path)):
+        raise CatalogError(f"cluster: expected a catalog id, a file path or a ClusterSpec, got {type(ref).__name__}")
     else:
         text = str(ref)
+        if "\x00" in text:
+            raise CatalogError(f"cluster {_shown(text)}: a name or path cannot contain NUL")
         path = Path(text)
         if text in cluster_ids():
             path, where = catalog_dir("clusters") / f"{text}.yaml", f"clusters/{text}.yaml"
         elif path.suffix in (".yaml", ".yml"):
-            if not path.is_file():
-                raise CatalogError(f"{text}: no such file")
             where = path.name
         else:
             raise _unknown("cluster", text, cluster_ids())
@@ -139,6 +210,27 @@ def _need(cfg: dict[str, Any], key: str, name: str) -> Any:
     return cfg[key]
 
 
+# Keys that make a config something the dense llama/gpt families cannot describe. A value that
+# switches the feature on is refused, never dropped (the model would be priced as another model).
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
+             "moe_intermediate_size", "n_shared_experts", "moe_layer_freq", "expert_interval")
+_SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_layernorm": "Q/K normalisation",
+                "use_qk_norm": "Q/K normalisation", "q_lora_rank": "multi-latent attention",
+                "kv_lora_rank": "multi-latent attention"}
+
+
+def _refuse_unmodelled(cfg: dict[str, Any], name: str) -> None:
+    for key in _MOE_KEYS:
+        v = cfg.get(key)
+        if v not in (None, 0, 1, False, [], {}):
+            raise ConfigImportError(f"{name}: '{key}' = {v!r} makes this a Mixture-of-Experts model; "
+                                    "MoE is not supported yet (refused rather than priced as a dense model)")
+    for key, what in _SHAPE_FLAGS.items():
+        v = cfg.get(key)
+        if what and v not in (None, 0, False):
+            raise ConfigImportError(f"{name}: '{key}' = {v!r} ({what}) is not modelled; refused rather than ignored")
+
+
 def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
@@ -150,18 +242,27 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
     if not isinstance(cfg, dict):
         raise ConfigImportError(f"{name}: config.json must be a JSON object")
     archs = cfg.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs else None
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     supported = sorted(_LLAMA_LIKE | _GPT_LIKE)
     if arch not in _LLAMA_LIKE | _GPT_LIKE:
+        shown = arch if arch is None or arch.isprintable() else arch.encode("unicode_escape").decode()
         raise ConfigImportError(
-            f"{name}: unsupported architecture {arch!r} in 'architectures'; supported: {', '.join(supported)}"
+            f"{name}: unsupported architecture {shown!r} in 'architectures'; supported: {', '.join(supported)}"
         )
+    _refuse_unmodelled(cfg, name)
     if arch in _LLAMA_LIKE:
         h = _need(cfg, "hidden_size", name)
+        head_dim = cfg.get("head_dim")
+        heads = _need(cfg, "num_attention_heads", name)
         spec = dict(
             name=name, family="llama", num_layers=_need(cfg, "num_hidden_layers", name), hidden_size=h,
-            num_attention_heads=_need(cfg, "num_attention_heads", name),
+            num_attention_heads=heads,
             num_kv_heads=cfg.get("num_key_value_heads"),
+            # head_dim changes the shape (Mistral-NeMo: 32 heads x 128 = 4096 != hidden 5120): honoured
+            # as kv_channels whenever it differs from hidden/heads [HF MistralConfig.head_dim]
+            kv_channels=head_dim if head_dim is not None and not (
+                isinstance(h, int) and isinstance(heads, int) and heads and head_dim == h // heads and h % heads == 0)
+            else None,
             ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),

@@ -4,23 +4,45 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from planner.catalog import cluster_ids, load_cluster, load_model, model_ids
+from planner.emit import LAUNCH_FILE_NAMES
 from planner.errors import PlannerError
+from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
-from planner.search import plan
-from planner.specs import Layout, TrainingSpec
+from planner.search import MAX_TIME_LIMIT_S, plan
+from planner.specs import MAX_GPUS, Layout, TrainingSpec
 
 __all__ = ["main"]
 
 DEFAULT = dict(model="llama3-70b", cluster="dgx-h100", nodes=8, global_batch_size=1024, seq_length=8192)
-EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INFEASIBLE, EXIT_USAGE, EXIT_UNKNOWN = 0, 1, 2, 3
+"""0 ok; 1 proven infeasible (the answer says what would fit); 2 bad input; 3 the time limit ended
+the search before any layout was found (nothing proven)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _clean(text: Any) -> str:
+    """Terminal-safe text: control characters (escape sequences, line breaks) become '?'."""
+    return _CONTROL.sub("?", str(text))
+
+
+def _u(text: Any) -> str:
+    """A user-reachable string made safe inside rich markup: cleaned, then markup-escaped."""
+    return escape(_clean(text))
+
+
+def _row(table: Table, *cells: Any) -> None:
+    table.add_row(*(_u(c) for c in cells))
 
 
 class _UsageError(Exception):
@@ -48,7 +70,14 @@ def _positive_float(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
     if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+        raise argparse.ArgumentTypeError(f"expected a positive number (finite), got {text!r}")
+    return v
+
+
+def _time_limit(text: str) -> float:
+    v = _positive_float(text)
+    if v > MAX_TIME_LIMIT_S:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TIME_LIMIT_S:g} seconds, got {text!r}")
     return v
 
 
@@ -81,8 +110,10 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
                    help="launch target; restricts ZeRO stages (default megatron)")
     p.add_argument("--top-k", type=_positive_int, default=5)
-    p.add_argument("--time-limit", type=_positive_float, default=10.0, help="CP-SAT seconds (default 10)")
+    p.add_argument("--time-limit", type=_time_limit, default=10.0,
+                   help="seconds for the whole search: tables, solves and ranking (default 10)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-timing", action="store_true", help="leave wall-clock times out of --json (stable output)")
     _emit_args(p)
 
 
@@ -90,40 +121,61 @@ def _emit_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emit", choices=["megatron", "deepspeed", "torchtitan"], default=None,
                    help="write launch files for the best (or given) layout")
     p.add_argument("--out", default=None, help="folder for --emit (default ./launch-FRAMEWORK)")
+    p.add_argument("--force", action="store_true", help="overwrite files in --out that planner did not write")
+
+
+def _emit_folder(a) -> str | None:
+    """The --emit folder, checked before any work (a file there that planner did not write, a link,
+    or an unwritable folder fails now, not after the search)."""
+    if not a.emit:
+        return None
+    folder = a.out or f"launch-{a.emit}"
+    check_folder(folder, LAUNCH_FILE_NAMES[a.emit], force=a.force)
+    return folder
 
 
 def _emit(a, plan_, out: Console) -> None:
     if not a.emit or plan_ is None:
         return
-    folder = a.out or f"launch-{a.emit}"
     files = getattr(plan_, f"to_{a.emit}")()
-    paths = files.write(folder)
+    paths = files.write(a.out or f"launch-{a.emit}", force=a.force)
     if not a.json:
-        out.print(f"wrote {', '.join(str(p) for p in paths)}")
+        out.print(f"wrote {', '.join(str(p) for p in paths)}", markup=False, highlight=False)
 
 
-def _int_or_range(name: str, text: str | None):
+def _int_or_range(name: str, text: str | None, lo: int = 1, hi: int = MAX_GPUS):
+    """--NAME N or LO:HI (either end may be left open), whole numbers in [lo, hi]."""
     if text is None:
         return None
-    try:
-        if ":" in text:
-            lo, hi = text.split(":", 1)
-            return (int(lo) if lo else None, int(hi) if hi else None)
-        return int(text)
-    except ValueError:
-        raise _UsageError(f"--{name}: expected N or LO:HI, got {text!r}") from None
+
+    def one(word: str) -> int:
+        try:
+            n = int(word)
+        except ValueError:
+            raise _UsageError(f"--{name}: expected N or LO:HI with whole numbers, got {text!r}") from None
+        if not lo <= n <= hi:
+            raise _UsageError(f"--{name}: {n} is out of range ({lo} to {hi})")
+        return n
+
+    if ":" in text:
+        first, last = text.split(":", 1)
+        a, b = (one(first) if first.strip() else None), (one(last) if last.strip() else None)
+        if a is not None and b is not None and a > b:
+            raise _UsageError(f"--{name}: the range {text!r} is empty (LO > HI)")
+        return (a, b)
+    return one(text)
 
 
 def _constraints(a) -> dict[str, Any]:
     c = {"tp": _int_or_range("tp", a.tp), "pp": _int_or_range("pp", a.pp), "dp": _int_or_range("dp", a.dp),
          "cp": _int_or_range("cp", a.cp), "vpp": _int_or_range("vpp", a.vpp),
          "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
-         "zero_stage": _int_or_range("zero", a.zero)}
+         "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3)}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
         bad = [m for m in modes if m not in ("none", "selective", "full")]
         if bad:
-            raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full)")
+            raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full, or a comma list)")
         c["recompute"] = modes
     if a.no_sequence_parallel:
         c["sequence_parallel"] = False
@@ -157,37 +209,54 @@ def _plans_table(title: str, plans, best) -> Table:
                  f"{r['delta']:+.1%}", f"{r['mfu']:.1%}", f"{r['tokens_per_s']:,.0f}"]
         if has_budget:
             cells += [f"{r['days_to_train']:.1f}", f"{r['gpu_hours']:,.0f}"]
-        t.add_row(*cells)
+        _row(t, *cells)
     return t
+
+
+def _status_line(r) -> str:
+    if r.status == "optimal":
+        return "proven optimal"
+    if r.status == "feasible":
+        return f"feasible, not proven optimal (proven gap at most {r.gap:.1%})"
+    return "unknown: the time limit ended the search; the best layout found so far, nothing proven (raise --time-limit)"
+
+
+def _exit_code(r) -> int:
+    if r.status == "infeasible":
+        return EXIT_INFEASIBLE
+    return EXIT_OK if r.best is not None else EXIT_UNKNOWN
 
 
 def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
+    _emit_folder(a)
     r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
              **_constraints(a))
     if a.json:
         _emit(a, r.best, out)
-        out.print_json(json.dumps(result_dict(r)))
-        return EXIT_INFEASIBLE if r.status == "infeasible" else EXIT_OK
-    out.print(f"[bold]{model.name}[/] on {cluster.world_size} x {cluster.gpu.name} ({cluster.name}, {cluster.num_nodes} nodes), "
-              f"global batch {training.global_batch_size} x {training.seq_length} tokens")
+        out.print_json(json.dumps(result_dict(r, timing=not a.no_timing)))
+        return _exit_code(r)
+    out.print(f"[bold]{_u(model.name)}[/] on {cluster.world_size} x {_u(cluster.gpu.name)} ({_u(cluster.name)}, "
+              f"{cluster.num_nodes} nodes), global batch {training.global_batch_size} x {training.seq_length} tokens")
     if r.status == "infeasible":
-        out.print(f"[red]infeasible[/]: {r.infeasibility.message}")
+        out.print(f"[red]infeasible (proven)[/]: {_u(r.infeasibility.message)}")
         return EXIT_INFEASIBLE
-    gap = "proven optimal" if r.status == "optimal" else f"not proven optimal (gap {r.gap:.1%})"
-    out.print(f"status: {gap}; searched {r.space_size:,} layouts in {r.solve_time_s:.2f} s")
+    if r.best is None:
+        out.print(f"[yellow]unknown[/]: {_u(r.explanation[0])}")
+        return EXIT_UNKNOWN
+    out.print(f"status: {_status_line(r)}; searched {r.space_size:,} layouts in {r.solve_time_s:.2f} s")
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")
         for col in ("option", "layout", "step s", "vs best", "what binds"):
             t.add_column(col)
         for alt in r.structural:
-            t.add_row(alt.label, alt.plan.layout.short() if alt.plan else "-",
-                      f"{alt.plan.step_time_s:.3f}" if alt.plan else "-",
-                      f"{alt.delta:+.1%}" if alt.delta is not None else "-", alt.binds)
+            _row(t, alt.label, alt.plan.layout.short() if alt.plan else "-",
+                 f"{alt.plan.step_time_s:.3f}" if alt.plan else "-",
+                 f"{alt.delta:+.1%}" if alt.delta is not None else "-", alt.binds)
         out.print(t)
     for w in r.best.warnings:
-        out.print(f"[yellow]warning[/]: {w}")
+        out.print(f"[yellow]warning[/]: {_u(w)}")
     _emit(a, r.best, out)
     return EXIT_OK
 
@@ -202,6 +271,7 @@ def _layout_from_args(a) -> Layout:
 def _cmd_evaluate(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     lay = _layout_from_args(a)
+    _emit_folder(a)
     if a.dp is None:  # fill dp from the world size
         mp = lay.tp * lay.pp * lay.cp
         if cluster.world_size % mp:
@@ -209,11 +279,13 @@ def _cmd_evaluate(a, out: Console) -> int:
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
     p = evaluate(model, cluster, training, lay)
     _emit(a, p, out)
-    best = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any").best
+    found = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any")
+    best = found.best
     if a.json:
         from planner.report import plan_dict
         d = plan_dict(p)
         d["optimum"] = plan_dict(best) if best else None
+        d["optimum_status"] = found.status
         out.print_json(json.dumps(d))
         return EXIT_OK
     out.print(_plans_table("your layout" + (" and the optimum" if best else ""), [p] + ([best] if best else []), best))
@@ -223,33 +295,37 @@ def _cmd_evaluate(a, out: Console) -> int:
     t.add_column("GiB", justify="right")
     t.add_column("note")
     for i in st.items:
-        t.add_row(i.name, f"{i.bytes / GiB:.2f}", i.note)
+        _row(t, i.name, f"{i.bytes / GiB:.2f}", i.note)
     out.print(t)
     t = Table(title="step time", title_justify="left")
     t.add_column("term")
     t.add_column("s", justify="right")
     t.add_column("share", justify="right")
     for k, v in p.time.breakdown().items():
-        t.add_row(k, f"{v:.3f}", f"{v / p.step_time_s:.0%}")
+        _row(t, k, f"{v:.3f}", f"{v / p.step_time_s:.0%}")
     out.print(t)
+    what = {"optimal": "the optimum", "feasible": "the best found (not proven optimal)",
+            "unknown": "the best found within the time limit (not proven)"}.get(found.status, "the optimum")
     if best is not None:
-        out.print(f"your layout takes {p.step_time_s / best.step_time_s - 1:.1%} longer per step than the optimum "
-                  f"({best.layout.short()})" if best.step_time_s < p.step_time_s else "your layout is as fast as the optimum")
+        out.print(f"your layout takes {p.step_time_s / best.step_time_s - 1:.1%} longer per step than {what} "
+                  f"({best.layout.short()})" if best.step_time_s < p.step_time_s else f"your layout is as fast as {what}",
+                  markup=False)
     for w in p.warnings:
-        out.print(f"[yellow]warning[/]: {w}")
+        out.print(f"[yellow]warning[/]: {_u(w)}")
     return EXIT_OK if p.fits else EXIT_INFEASIBLE
 
 
 def _cmd_explain(a, out: Console) -> int:
-    from planner.explain import explain
+    from planner.explain import explain_with_status
     model, cluster, training = _problem(a)
-    lines = explain(model, cluster, training, framework=a.framework, time_limit_s=a.time_limit, **_constraints(a))
+    lines, status = explain_with_status(model, cluster, training, framework=a.framework, time_limit_s=a.time_limit,
+                                        **_constraints(a))
     if a.json:
-        out.print_json(json.dumps({"explanation": lines}))
+        out.print_json(json.dumps({"status": status, "explanation": lines}))
     else:
         for line in lines:
-            out.print(f"- {line}")
-    return EXIT_OK
+            out.print(f"- {_u(line)}")
+    return {"infeasible": EXIT_INFEASIBLE, "unknown": EXIT_UNKNOWN}.get(status, EXIT_OK)
 
 
 def _cmd_ledger(a, out: Console) -> int:
@@ -276,17 +352,17 @@ def _cmd_catalog(a, out: Console) -> int:
             t.add_column(col)
         for ref in model_ids():
             m = load_model(ref)
-            t.add_row(ref, m.family.value, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
-                      f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),
-                      (m.sources[0].get("url", "") if m.sources else ""))
+            _row(t, ref, m.family.value, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+                 f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),
+                 (m.sources[0].get("url", "") if m.sources else ""))
     else:
         t = Table(title="clusters", title_justify="left")
         for col in ("id", "GPU", "memory", "BF16 TFLOP/s", "GPUs/node", "NVLink domain", "NICs/node"):
             t.add_column(col)
         for ref in cluster_ids():
             c = load_cluster(ref)
-            t.add_row(ref, c.gpu.name, f"{c.gpu.memory / 1e9:.0f} GB", f"{c.gpu.peak_bf16_flops / 1e12:.0f}",
-                      str(c.gpus_per_node), str(c.nvlink_domain_size), str(c.scaleout.nics_per_node))
+            _row(t, ref, c.gpu.name, f"{c.gpu.memory / 2**30:.1f} GiB", f"{c.gpu.peak_bf16_flops / 1e12:.0f}",
+                 str(c.gpus_per_node), str(c.nvlink_domain_size), str(c.scaleout.nics_per_node))
     out.print(t)
     return EXIT_OK
 
@@ -312,23 +388,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch-size", type=_positive_int, default=1024)
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for days and GPU-hours")
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron")
-    p.add_argument("--time-limit", type=_positive_float, default=10.0)
+    p.add_argument("--time-limit", type=_time_limit, default=10.0)
     p.add_argument("--workers", type=_positive_int, default=2)
     p.add_argument("--out", default="sweep.csv")
     p.add_argument("--plot", default=None, help="PNG path for the time-to-train plot")
+    p.add_argument("--force", action="store_true", help="overwrite --out / --plot files that planner did not write")
     p = sub.add_parser("evaluate", help="memory and time of a layout you give")
     _problem_args(p, defaults=False)
     for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
         p.add_argument(f"--{name}", type=_positive_int, default=1)
     p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0)
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
     p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
     p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
-    p.add_argument("--time-limit", type=_positive_float, default=10.0)
+    p.add_argument("--time-limit", type=_time_limit, default=10.0)
     p.add_argument("--json", action="store_true")
     _emit_args(p)
     p = sub.add_parser("check", help="run a framework's own validator on a launch config (needs the [validate] extra)")
@@ -338,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=_positive_int, default=None, help="GPUs (megatron_args.json carries it)")
     p.add_argument("--tp", type=_positive_int, default=1)
     p.add_argument("--pp", type=_positive_int, default=1)
-    p.add_argument("--gpu-arch", type=int, default=9, help="compute capability major of the target GPU (default 9)")
+    p.add_argument("--gpu-arch", type=int, choices=range(7, 13), default=9, metavar="7..12",
+                   help="compute capability major of the target GPU (default 9)")
     p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
     p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
     p.add_argument("model")
@@ -362,14 +440,7 @@ def _cmd_check(a, out: Console) -> int:
 
             os.environ["MEGATRON_PATH"] = check.fetch_megatron(os.path.join(tempfile.gettempdir(), "planner-megatron"))
         if len(a.config) == 1 and a.config[0].endswith(".json"):
-            try:
-                payload = json.loads(open(a.config[0]).read())
-            except (OSError, json.JSONDecodeError) as e:
-                raise PlannerError(f"{a.config[0]}: cannot read ({e})") from None
-            if a.world_size:
-                payload["world_size"] = a.world_size
-            payload = check.megatron_payload(payload.get("args", []), payload.get("world_size") or 1,
-                                             payload.get("env"), payload.get("gpu_arch", a.gpu_arch))
+            payload = _megatron_file_payload(a.config[0], a)
         else:
             if not a.world_size:
                 raise _UsageError("planner check megatron: --world-size is needed with raw arguments")
@@ -383,26 +454,49 @@ def _cmd_check(a, out: Console) -> int:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")
         result = check.check_torchtitan(a.config, a.world_size)
-    out.print(result.line(), markup=False, highlight=False, soft_wrap=True)
+    out.print(_clean(result.line()), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_INFEASIBLE
 
 
+def _megatron_file_payload(path: str, a) -> dict:
+    """megatron_args.json as the emitter writes it, every field checked (one line naming it)."""
+    from planner import check
+    from planner.outputs import shown_path
+
+    try:
+        with open(path, "rb") as f:
+            payload = json.loads(f.read(1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PlannerError(f"{shown_path(path)}: cannot read as JSON ({type(e).__name__})") from None
+    if not isinstance(payload, dict):
+        raise PlannerError(f"{shown_path(path)}: expected a JSON object with 'args' and 'world_size'")
+    args, env = payload.get("args", []), payload.get("env") or {}
+    world = a.world_size or payload.get("world_size") or 1
+    arch = payload.get("gpu_arch", a.gpu_arch)
+    if not isinstance(args, list) or not all(isinstance(x, str) for x in args):
+        raise PlannerError(f"{shown_path(path)}: field 'args' must be a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise PlannerError(f"{shown_path(path)}: field 'env' must map strings to strings")
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_GPUS:
+        raise PlannerError(f"{shown_path(path)}: field 'world_size' must be a whole number from 1 to {MAX_GPUS}")
+    if isinstance(arch, bool) or not isinstance(arch, int) or not 7 <= arch <= 12:
+        raise PlannerError(f"{shown_path(path)}: field 'gpu_arch' must be a whole number from 7 to 12")
+    return check.megatron_payload(args, world, env, arch)
+
+
 def _cmd_report(a, out: Console) -> int:
-    from planner.review import pareto_front, review_html
+    from planner.outputs import write_file
+    from planner.review import REPORT_MARKER, pareto_front, review_html
 
     model, cluster, training = _problem(a)
     cons = _constraints(a)
+    path = check_file(a.out or "report.html", REPORT_MARKER, force=a.force)  # before the work
     r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework, **cons)
     front = pareto_front(model, cluster, training, framework=a.framework, time_limit_s=a.time_limit, **cons) \
         if r.best is not None else []
-    path = a.out or "report.html"
-    try:
-        with open(path, "w") as f:
-            f.write(review_html(r, front))
-    except OSError as e:
-        raise PlannerError(f"{path}: cannot write ({e.strerror})") from None
-    out.print(f"wrote {path}")
-    return EXIT_INFEASIBLE if r.best is None else EXIT_OK
+    write_file(path, review_html(r, front).encode("utf-8"), REPORT_MARKER, force=a.force)
+    out.print(f"wrote {path}", markup=False, highlight=False)
+    return _exit_code(r)
 
 
 def _csv_list(name: str, text: str, cast):
@@ -418,30 +512,34 @@ def _csv_list(name: str, text: str, cast):
 def _cmd_sweep(a, out: Console) -> int:
     from rich.progress import Progress
 
-    from planner.sweep import grid, min_gpus_that_fit, plot_sweep, run_sweep, write_csv
+    from planner.sweep import CSV_MARKER, PNG_MARKER, grid, min_gpus_that_fit, plot_sweep, run_sweep, write_csv
 
     models = _csv_list("models", a.models, str)
     clusters = _csv_list("clusters", a.clusters, str)
-    for m in models:  # fail fast, in this process, on unknown names
+    for m in models:  # fail fast, in this process, on unknown names and unusable outputs
         load_model(m)
     for c in clusters:
         load_cluster(c)
+    check_file(a.out, CSV_MARKER, force=a.force)
+    if a.plot:
+        check_file(a.plot, PNG_MARKER, force=a.force)
     points = grid(models, clusters, _csv_list("nodes", a.nodes, _positive_int),
                   _csv_list("seq-lengths", a.seq_lengths, _positive_int), a.global_batch_size, a.tokens,
                   a.framework, a.time_limit)
     with Progress(console=out, transient=True) as bar:
         task = bar.add_task(f"planning {len(points)} grid points", total=len(points))
         rows = run_sweep(points, workers=a.workers, progress=lambda _row: bar.advance(task))
-    write_csv(rows, a.out)
+    write_csv(rows, a.out, force=a.force)
     t = Table(title="minimum GPUs that fit", title_justify="left")
     for col in ("model", "cluster", "seq", "GPUs"):
         t.add_column(col)
     for (m, c, s), g in min_gpus_that_fit(rows).items():
-        t.add_row(m, c, str(s), str(g) if g else f"> {max(r['gpus'] for r in rows if r['cluster'] == c)}")
+        sizes = [r["gpus"] for r in rows if r["cluster"] == c and "gpus" in r]
+        _row(t, m, c, str(s), str(g) if g else (f"> {max(sizes)}" if sizes else "-"))
     out.print(t)
     if a.plot:
-        plot_sweep(rows, a.plot)
-    out.print(f"wrote {a.out}" + (f" and {a.plot}" if a.plot else ""))
+        plot_sweep(rows, a.plot, force=a.force)
+    out.print(f"wrote {a.out}" + (f" and {a.plot}" if a.plot else ""), markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -451,7 +549,7 @@ COMMANDS = {"sweep": _cmd_sweep, "report": _cmd_report, "check": _cmd_check, "pl
 
 def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 infeasible, 2 bad input)."""
-    out = Console(file=stdout or sys.stdout, width=160)
+    out = Console(file=stdout or sys.stdout, width=160, emoji=False)
     err = stderr or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -462,10 +560,10 @@ def main(argv: list[str] | None = None, *, stdout=None, stderr=None) -> int:
             raise _UsageError("planner: choose a command: " + ", ".join(COMMANDS))
         return COMMANDS[a.command](a, out)
     except _UsageError as e:
-        print(f"error: {e}", file=err)
+        print(f"error: {_clean(str(e))}", file=err)
         return EXIT_USAGE
     except PlannerError as e:
-        print(f"error: {str(e).splitlines()[0]}", file=err)
+        print(f"error: {_clean((str(e).splitlines() or ['?'])[0])}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=err)

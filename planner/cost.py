@@ -50,10 +50,11 @@ ADAM_BYTES_TOUCHED = 32
 def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     """Forward FLOPs of each GEMM of one layer on one GPU, for `tokens` tokens (2 FLOPs per MAC).
 
-    [MegatronFLOPs]: QKV h x (h + 2 h_kv), out-proj h x h, MLP 2 h f (GeLU) or 3 h f (SwiGLU).
+    [MegatronFLOPs]: QKV h x (a d + 2 h_kv), out-proj a d x h, MLP 2 h f (GeLU) or 3 h f (SwiGLU)
+    (a d = h unless the model sets kv_channels).
     """
-    h, f, hkv = model.hidden_size, model.ffn_hidden_size, model.kv_hidden
-    gemms = [2 * tokens * h * (h + 2 * hkv) / tp, 2 * tokens * h * h / tp]
+    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
+    gemms = [2 * tokens * h * (hq + 2 * hkv) / tp, 2 * tokens * hq * h / tp]
     if model.family == Family.GPT:
         gemms += [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
     else:
@@ -62,13 +63,13 @@ def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
 
 
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
-    """Forward FLOPs of QK^T and PV on one GPU: 4 b s_q s_k h / tp, halved for a causal mask.
+    """Forward FLOPs of QK^T and PV on one GPU: 4 b s_q s_k a d / tp, halved for a causal mask.
 
     With CP each GPU holds s/cp queries against all s keys [MegatronCP].
     ASSUMPTION: flash kernels skip fully masked blocks, so causal attention costs half (timing only;
     MFU uses the unmasked count, as Megatron's formula does).
     """
-    full = 4 * b * (s / cp) * s * model.hidden_size / tp
+    full = 4 * b * (s / cp) * s * model.q_hidden / tp
     return full / 2 if causal else full
 
 
@@ -78,7 +79,7 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
     (unmasked attention), plus the logits 2 h V; everything x 3.
     """
-    per_layer = sum(layer_gemm_flops(model, 1, 1)) + 4 * seq_length * model.hidden_size
+    per_layer = sum(layer_gemm_flops(model, 1, 1)) + 4 * seq_length * model.q_hidden
     logits = 2 * model.hidden_size * model.vocab_size
     return 3 * (model.num_layers * per_layer + logits)
 

@@ -10,7 +10,7 @@ from planner.memory import activation_bytes_per_layer, static_memory
 from planner.search import plan
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
-__all__ = ["explain"]
+__all__ = ["explain", "explain_with_status"]
 
 GB, GiB = 1e9, 2.0**30
 
@@ -29,6 +29,14 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
             time_limit_s: float = 10.0, sensitivities: bool = True, **constraints: Any) -> list[str]:
     """Sentences explaining the optimum for this problem (or why nothing fits)."""
+    return explain_with_status(model, cluster, training, framework=framework, time_limit_s=time_limit_s,
+                               sensitivities=sensitivities, **constraints)[0]
+
+
+def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *,
+                        framework: str | None = "megatron", time_limit_s: float = 10.0, sensitivities: bool = True,
+                        **constraints: Any) -> tuple[list[str], str]:
+    """explain(), and the status of the plan it explains (one of planner.search.STATUSES)."""
     lines = []
     psi = model.num_params
     per_param = 16 if training.grad_dtype == "bf16" else 18
@@ -43,8 +51,8 @@ def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, f
                  f"(tp <= {cluster.nvlink_domain_size}); beyond it TP traffic would ride the {cluster.scaleout.nic_busbw / GB:.0f} GB/s NICs.")
     r = plan(model, cluster, training, top_k=2, structural=False, framework=framework, time_limit_s=time_limit_s, **constraints)
     if r.best is None:
-        lines.append(r.infeasibility.message)
-        return lines
+        lines.append(r.infeasibility.message if r.infeasibility else r.explanation[0])
+        return lines, r.status
     b, lay = r.best, r.best.layout
     lines.append(f"Chosen: {lay.short()} ({r.status}), {b.step_time_s:.2f} s/step, MFU {b.mfu:.1%}, "
                  f"{b.tokens_per_second:,.0f} tokens/s.")
@@ -60,7 +68,7 @@ def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, f
                                      sequence_parallel=lay.sequence_parallel, attention=training.attention)
     half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), tp=lay.tp, cp=lay.cp,
                                       sequence_parallel=lay.sequence_parallel, attention=training.attention)
-    attn_share = 4 * s * model.hidden_size / (2 * model.params_per_layer)  # [Korthikanti22 Eq. 7]: s/6h against 1
+    attn_share = 4 * s * model.q_hidden / (2 * model.params_per_layer)  # [Korthikanti22 Eq. 7]: s/6h against 1
     lines.append(f"Sequence length {s}: one layer's activations are {act / GiB:.2f} GiB per micro-batch per GPU "
                  f"({half / GiB:.2f} GiB at half the length); attention is {attn_share / (1 + attn_share):.0%} of a layer's "
                  f"model FLOPs" + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))
@@ -82,4 +90,4 @@ def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, f
                                                      training.model_copy(update={"seq_length": 2 * s,
                                                                                  "global_batch_size": max(1, training.global_batch_size // 2)}),
                                                      b, framework, time_limit_s, constraints))
-    return lines
+    return lines, r.status

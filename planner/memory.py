@@ -130,15 +130,17 @@ def _llama_terms(
     b: int, s: float, h: int, a: int, g: int, d: int, f: int, s_kv: float, flash: bool, rope_fusion: bool,
     qkv_fused: bool = True,
 ) -> list[tuple[float, str]]:
-    """Llama layer terms [MemRef §2b]: RMSNorm, RoPE, GQA, SwiGLU, Megatron's fused QKV GEMM."""
-    sbh, hkv = s * b * h, g * d
-    view_penalty = 2 * s * b * (h + hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
+    """Llama layer terms [MemRef §2b]: RMSNorm, RoPE, GQA, SwiGLU, Megatron's fused QKV GEMM.
+
+    Q and the attention output are a*d wide (= h unless kv_channels is set); the residual stream is h."""
+    sbh, hkv, sbq = s * b * h, g * d, s * b * a * d
+    view_penalty = 2 * s * b * (a * d + hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
     terms = [
         (2 * sbh, "R"),  # RMSNorm1 input
         (4 * s * b, "R"),  # RMSNorm1 rstd, fp32
         (2 * sbh, "R"),  # QKV GEMM input
-        (2 * sbh, "T"),  # Q after RoPE (a new tensor)
-        (2 * sbh, "T"),  # attention output = out-proj GEMM input
+        (2 * sbq, "T"),  # Q after RoPE (a new tensor)
+        (2 * sbq, "T"),  # attention output = out-proj GEMM input
         (2 * sbh, "R"),  # RMSNorm2 input
         (4 * s * b, "R"),  # RMSNorm2 rstd
         (2 * sbh, "R"),  # FC1 (gate||up) GEMM input
@@ -156,8 +158,8 @@ def _llama_terms(
     else:
         expanded = g < a  # eager GQA expands K/V with repeat_interleave (copies release the view)
         terms += [
-            (2 * sbh, "C"),  # K expanded to a heads (or K itself when g = a)
-            (2 * sbh if expanded else 2 * s * b * hkv + view_penalty, "C"),  # V (expanded copy, or the view)
+            (2 * sbq, "C"),  # K expanded to a heads (or K itself when g = a)
+            (2 * sbq if expanded else 2 * s * b * hkv + view_penalty, "C"),  # V (expanded copy, or the view)
             (2 * a * s * s_kv * b, "C"),  # softmax output (= PV input; no dropout)
         ]
         # Selective recompute keeps the core's inputs instead: un-expanded K and the V view.

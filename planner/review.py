@@ -12,7 +12,11 @@ from planner.plans import Plan
 from planner.report import GiB, plan_row
 from planner.search import PlanResult, plan
 
-__all__ = ["pareto_front", "review_html"]
+__all__ = ["pareto_front", "review_html", "REPORT_MARKER"]
+
+REPORT_MARKER = b'<meta name="generator" content="planner">'
+"""Every review page carries it; planner.outputs rewrites only pages that do."""
+_META = REPORT_MARKER.decode()
 
 PARETO_FRACTIONS = (1.0, 0.85, 0.7, 0.55, 0.4, 0.3)
 
@@ -100,7 +104,7 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
     """The review page for a PlanResult (best + alternatives + structural options) and a Pareto front."""
     if result.best is None:
         msg = html.escape(result.infeasibility.message if result.infeasibility else "nothing fits")
-        return f"<!doctype html><html><head><meta charset='utf-8'><title>planner: infeasible</title></head><body>" \
+        return f"<!doctype html><html><head><meta charset='utf-8'>{_META}<title>planner: infeasible</title></head><body>" \
                f"<h1>Nothing fits</h1><p id='infeasible'>{msg}</p></body></html>\n"
     best = result.best
     plans = [best, *result.alternatives] + [a.plan for a in result.structural if a.plan is not None and a.plan is not best]
@@ -116,9 +120,11 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
                     f"<td>{r['delta']:+.1%}</td><td>{r['mfu']:.1%}</td><td>{r['tokens_per_s']:,.0f}</td>"
                     f"<td>{html.escape(r['dominant'])} (stage {r['peak_stage']})</td></tr>")
     expl = "".join(f"<li>{html.escape(line)}</li>" for line in result.explanation)
-    status = "proven optimal" if result.status == "optimal" else f"not proven optimal (gap {result.gap:.1%})"
+    status = {"optimal": "proven optimal",
+              "feasible": f"feasible, not proven optimal (proven gap at most {(result.gap or 0):.1%})"}.get(
+        result.status, "unknown: the time limit ended the search (nothing proven)")
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>planner review: {html.escape(m.name)} on {c.world_size} x {html.escape(c.gpu.name)}</title>
+<html><head><meta charset="utf-8">{_META}<title>planner review: {html.escape(m.name)} on {c.world_size} x {html.escape(c.gpu.name)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}} table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#eee}} img{{max-width:100%}}</style></head>
 <body>

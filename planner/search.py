@@ -32,10 +32,10 @@ from planner.cost import dp_time, optimizer_time, pipeline_time
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, TIME_UNIT_S, Plan, _ceil_units, evaluate
 from planner.memory import stage_activation_items, stage_layers, stage_static_items, static_memory
-from planner.space import Space, build_space
-from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.space import FRAMEWORKS, Space, build_space
+from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 
-__all__ = ["PlanResult", "Alternative", "Infeasibility", "plan", "build_tables", "Tables"]
+__all__ = ["PlanResult", "Alternative", "Infeasibility", "plan", "build_tables", "Tables", "STATUSES"]
 
 NUM_WORKERS = 8
 RANDOM_SEED = 0
@@ -55,6 +55,18 @@ class Tables:
     static_us: list[int] = field(default_factory=list)
     static_mib: list[tuple[int, int, int]] = field(default_factory=list)
     capacity_mib: int = 0
+    complete: bool = True
+    """False when the deadline stopped tabulation: the rows then cover only part of the space."""
+    too_slow: int = 0
+    """Rows dropped because one step would take longer than TIME_CAP_US."""
+
+
+TIME_CAP_US = 2**50
+"""Rows slower than 2^50 us (35 years per step) are dropped: they keep CP-SAT's sums far from int64."""
+MEM_CAP_MIB = 2**40
+"""Memory figures are clamped at 2^40 MiB (1 EiB) for the same reason (only unpruned tables reach it)."""
+TABLE_SHARE = 0.7
+"""Share of the time limit that tabulation may use before the solver runs on the rows built so far."""
 
 
 def _slots(pp: int) -> tuple[int, int, int]:
@@ -62,13 +74,18 @@ def _slots(pp: int) -> tuple[int, int, int]:
 
 
 def _mib(items) -> int:
-    return _ceil_units(sum(i.bytes for i in items), MEM_UNIT_BYTES)
+    return min(MEM_CAP_MIB, _ceil_units(sum(i.bytes for i in items), MEM_UNIT_BYTES))
+
+
+def _us(seconds: float) -> int:
+    return _ceil_units(seconds, TIME_UNIT_S) if seconds < TIME_CAP_US * TIME_UNIT_S else TIME_CAP_US + 1
 
 
 def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space,
-                 *, prune: bool = True) -> Tables:
+                 *, prune: bool = True, deadline: float | None = None) -> Tables:
     """Tabulate pipeline time and memory per (shape, split, rc), DP/optimizer time and static
-    memory per (shape, split, zero). With prune, rows that cannot fit on their own are dropped."""
+    memory per (shape, split, zero). With prune, rows that cannot fit on their own are dropped.
+    With a deadline (time.perf_counter() value), tabulation stops there and marks the tables incomplete."""
     splits = sorted({u for v in space.splits.values() for u in v}, key=lambda u: (u[0] is not None, u))
     recs = sorted({r for v in space.recomputes.values() for r in v}, key=lambda r: (r[0] != "none", r[0], r[1] or 0))
     split_idx = {u: i for i, u in enumerate(splits)}
@@ -76,6 +93,9 @@ def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     t = Tables(space, splits, recs, capacity_mib=int(cluster.gpu.memory // MEM_UNIT_BYTES))
     cap = t.capacity_mib
     for si, sh in enumerate(space.shapes):
+        if deadline is not None and time.perf_counter() > deadline:
+            t.complete = False
+            break
         slots = _slots(sh.pp)
         for u in space.splits[(sh.pp, sh.vpp)]:
             layers = stage_layers(model, space.layouts(sh, u, ("none", None), 0))  # depends on (shape, split) only
@@ -84,18 +104,25 @@ def build_tables(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                 mib = tuple(_mib(stage_static_items(model, training, lay, k, layers[k])) for k in slots)
                 if prune and max(mib) > cap:
                     continue
+                us = _us(dp_time(model, cluster, training, lay) + optimizer_time(model, cluster, training, lay))
+                if us > TIME_CAP_US:
+                    t.too_slow += 1
+                    continue
                 t.static_rows.append((si, split_idx[u], z))
                 t.static_mib.append(mib)
-                t.static_us.append(_ceil_units(dp_time(model, cluster, training, lay)
-                                               + optimizer_time(model, cluster, training, lay), TIME_UNIT_S))
+                t.static_us.append(us)
             for r in space.recomputes[(sh.pp, sh.vpp)]:
                 lay = space.layouts(sh, u, r, 0)
                 mib = tuple(_mib(stage_activation_items(model, cluster, training, lay, k, layers[k])) for k in slots)
                 if prune and max(mib) > cap:
                     continue
+                us = _us(pipeline_time(model, cluster, training, lay).total)
+                if us > TIME_CAP_US:
+                    t.too_slow += 1
+                    continue
                 t.pipe_rows.append((si, split_idx[u], rc_idx[r]))
                 t.pipe_mib.append(mib)
-                t.pipe_us.append(_ceil_units(pipeline_time(model, cluster, training, lay).total, TIME_UNIT_S))
+                t.pipe_us.append(us)
     return t
 
 
@@ -209,7 +236,7 @@ def _build(t: Tables, cluster: ClusterSpec, *, memory: bool = True, bound: int |
 
 def _solver(time_limit_s: float) -> cp_model.CpSolver:
     s = cp_model.CpSolver()
-    s.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    s.parameters.max_time_in_seconds = max(0.001, time_limit_s)
     s.parameters.num_workers = NUM_WORKERS
     s.parameters.random_seed = RANDOM_SEED
     # The tables are small once presolved; deep probing costs more than it saves here (measured in
@@ -235,6 +262,8 @@ def _solve_lexicographic(t: Tables, cluster: ClusterSpec, deadline: float, *, bo
     built = _build(t, cluster, bound=bound, forbidden=forbidden)
     if built is None:
         return cp_model.INFEASIBLE, None, None, None
+    if deadline - time.perf_counter() <= 0:
+        return cp_model.UNKNOWN, None, None, None
     m, h = built
     if bound is not None:  # rows were kept only if they can reach the bound: solutions above it are not complete
         m.add(h.objective <= bound)
@@ -247,6 +276,8 @@ def _solve_lexicographic(t: Tables, cluster: ClusterSpec, deadline: float, *, bo
     best, lower = int(s.value(h.objective)), math.ceil(s.best_objective_bound - 1e-6)
     qw = _chosen(s, h)
     if st != cp_model.OPTIMAL:  # no proof: keep the solver's layout
+        return st, qw, best, lower
+    if deadline - time.perf_counter() <= 0:  # optimal, but no time left for the tie-break
         return st, qw, best, lower
     m2, h2 = _build(t, cluster, bound=best, forbidden=forbidden)
     m2.add(h2.objective <= best)
@@ -264,7 +295,7 @@ def _to_plan(model, cluster, training, t: Tables, qw: tuple[int, int]) -> Plan:
     si, ui, ri = t.pipe_rows[qw[0]]
     z = t.static_rows[qw[1]][2]
     lay = t.space.layouts(t.space.shapes[si], t.splits[ui], t.recomputes[ri], z)
-    return evaluate(model, cluster, training, lay)
+    return evaluate(model, cluster, training, lay, allow_idle=t.space.allow_idle)
 
 
 @dataclass(frozen=True)
@@ -295,12 +326,15 @@ class PlanResult:
     """What plan() returns."""
 
     status: str
-    """'optimal' (proven), 'feasible' (time limit hit; gap > 0) or 'infeasible'."""
+    """One of STATUSES: 'optimal' (proven); 'feasible' (a layout, with a proven relative gap);
+    'unknown' (the time limit ended the search first: `best` is the best layout found, or None, and
+    nothing is proven); 'infeasible' (proven: no legal layout fits)."""
     best: Plan | None
     alternatives: tuple[Plan, ...]
     """The next-best distinct layouts, ranked (best excluded)."""
     structural: tuple[Alternative, ...]
-    gap: float
+    gap: float | None
+    """Proven relative gap of `best` (0 when optimal; None when unknown or infeasible)."""
     solve_time_s: float
     space_size: int
     """Full candidate layouts the model ranges over."""
@@ -315,17 +349,28 @@ def _constraints(kw: dict[str, Any]) -> dict[str, Any]:
 RANK_SLACK = 0.05  # ranking re-solves first look within 5 % of the best time, widening as needed
 
 
-def _solve_space(model, cluster, training, space, time_limit_s, top_k):
-    """Best plus top_k - 1 alternatives; returns (status, plans, gap, tables)."""
-    deadline = time.perf_counter() + time_limit_s
-    t = build_tables(model, cluster, training, space)
-    if not t.pipe_rows or not t.static_rows:
-        return "infeasible", [], 0.0, t
-    st, qw, obj, lower = _solve_lexicographic(t, cluster, deadline)
+def _solve_space(model, cluster, training, space, deadline, top_k):
+    """Best plus top_k - 1 alternatives by `deadline` (a time.perf_counter() value).
+
+    Returns (status, plans, gap, tables). 'infeasible' only when the tables are complete and no row,
+    or no combination CP-SAT proves impossible, fits; 'unknown' whenever time ran out first."""
+    start = time.perf_counter()
+    t = build_tables(model, cluster, training, space, deadline=start + TABLE_SHARE * (deadline - start))
+    if (not t.pipe_rows or not t.static_rows) and t.complete:
+        if t.too_slow:
+            raise PlannerError(f"every layout that fits would take more than {TIME_CAP_US * TIME_UNIT_S / 3.15e7:.0f} "
+                               "years per step: check global_batch_size, seq_length and the model's sizes")
+        return "infeasible", [], None, t
+    st, qw, obj, lower = _solve_lexicographic(t, cluster, deadline) if t.pipe_rows and t.static_rows \
+        else (cp_model.UNKNOWN, None, None, None)
     if qw is None:
-        return ("infeasible" if st == cp_model.INFEASIBLE else "feasible"), [], 0.0, t
-    status = "optimal" if st == cp_model.OPTIMAL else "feasible"
-    gap = (obj - lower) / obj if obj else 0.0
+        proven = st == cp_model.INFEASIBLE and t.complete
+        return ("infeasible" if proven else "unknown"), [], None, t
+    if not t.complete:
+        status, gap = "unknown", None
+    else:
+        status = "optimal" if st == cp_model.OPTIMAL else "feasible"
+        gap = (obj - lower) / obj if obj else 0.0
     found, plans, slack = [qw], [], RANK_SLACK
     best_obj = obj
     while True:
@@ -348,6 +393,31 @@ def _solve_space(model, cluster, training, space, time_limit_s, top_k):
     return status, plans, gap, t
 
 
+STATUSES = ("optimal", "feasible", "unknown", "infeasible")
+MAX_TIME_LIMIT_S = 86400.0
+MAX_TOP_K = 1000
+
+
+def _check_arguments(model, cluster, training, top_k, time_limit_s, framework, allow_idle, structural) -> None:
+    """Refuse API arguments of the wrong type or range with one line naming the argument."""
+    for name, value, kind in (("model", model, ModelSpec), ("cluster", cluster, ClusterSpec),
+                              ("training", training, TrainingSpec)):
+        if not isinstance(value, kind):
+            raise PlannerError(f"{name}: expected a {kind.__name__} (see planner.load_{name}), got {type(value).__name__}"
+                               if name != "training" else
+                               f"training: expected a TrainingSpec, got {type(value).__name__}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise PlannerError(f"top_k: expected a whole number from 1 to {MAX_TOP_K}, got {top_k!r}")
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
+            or not math.isfinite(time_limit_s) or not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
+        raise PlannerError(f"time_limit_s: expected seconds in (0, {MAX_TIME_LIMIT_S:g}], got {time_limit_s!r}")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise PlannerError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    for name, value in (("allow_idle", allow_idle), ("structural", structural)):
+        if not isinstance(value, bool):
+            raise PlannerError(f"{name}: expected True or False, got {value!r}")
+
+
 def plan(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -364,34 +434,45 @@ def plan(
 
     Args:
         model, cluster, training: the problem.
-        top_k: how many distinct layouts to rank (the best included).
-        time_limit_s: CP-SAT wall-clock budget for the whole ranking.
+        top_k: how many distinct layouts to rank (the best included), 1 to 1000.
+        time_limit_s: wall-clock budget in seconds for the whole call: tables, solves, ranking,
+            structural options and the infeasibility analysis.
         framework: the launch target, 'megatron' (default), 'deepspeed', 'torchtitan', or 'any'/None
             (every ZeRO stage at every pipeline degree); restricts what the target can run.
         allow_idle: allow tp*pp*dp*cp < world size.
         structural: also report the best without PP, without recompute and on half the GPUs.
         **constraints: fix a degree (tp=8), bound it (pp=(1, 8)) or list allowed values
             (recompute=["none", "selective"]); keys: tp, pp, dp, cp, zero_stage, micro_batch_size,
-            recompute, vpp, sequence_parallel, uneven_stages.
+            recompute, vpp, sequence_parallel, uneven_stages, rank_order.
 
     Returns:
-        A PlanResult; status 'infeasible' carries an Infeasibility answer instead of raising.
+        A PlanResult whose status is one of STATUSES; 'infeasible' (proven) carries an
+        Infeasibility answer; 'unknown' means the time limit ended the search (raise it).
+
+    Raises:
+        PlannerError: an argument or constraint of the wrong type or range (one line naming it).
     """
-    if top_k < 1:
-        raise PlannerError(f"top_k must be >= 1, got {top_k}")
+    _check_arguments(model, cluster, training, top_k, time_limit_s, framework, allow_idle, structural)
     start = time.perf_counter()
+    deadline = start + time_limit_s
     cons = _constraints(constraints)
     space = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle, constraints=cons)
-    status, plans, gap, _ = _solve_space(model, cluster, training, space, time_limit_s, top_k)
-    solve_time = time.perf_counter() - start
+    status, plans, gap, _ = _solve_space(model, cluster, training, space, deadline, top_k)
     if not plans:
-        inf = explain_infeasible(model, cluster, training, space, framework=framework, constraints=cons)
-        return PlanResult("infeasible", None, (), (), 0.0, solve_time, space.size(), (inf.message,), inf)
+        if status == "infeasible":
+            inf = explain_infeasible(model, cluster, training, space, framework=framework, constraints=cons,
+                                     deadline=deadline)
+            lines = (inf.message,)
+        else:
+            inf = None
+            lines = (f"no layout found within the time limit of {time_limit_s:g} s (nothing proven); "
+                     f"raise the time limit",)
+        return PlanResult(status, None, (), (), gap, time.perf_counter() - start, space.size(), lines, inf)
     best = plans[0]
     alts: list[Alternative] = []
     if structural:
-        alts = _structural(model, cluster, training, best, framework, cons, time_limit_s)
-    return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, solve_time, space.size(),
+        alts = _structural(model, cluster, training, best, framework, cons, deadline)
+    return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, time.perf_counter() - start, space.size(),
                       _explain(best, plans, status))
 
 
@@ -402,7 +483,7 @@ def _binds(p: Plan) -> str:
     return f"time: {head:.0%} memory headroom left"
 
 
-def _structural(model, cluster, training, best: Plan, framework, cons, time_limit_s) -> list[Alternative]:
+def _structural(model, cluster, training, best: Plan, framework, cons, deadline: float) -> list[Alternative]:
     out = []
     variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster, best.layout.pp == 1),
                 ("best without recomputation", dict(cons, recompute="none"), cluster, best.layout.recompute == "none")]
@@ -413,17 +494,24 @@ def _structural(model, cluster, training, best: Plan, framework, cons, time_limi
         if best_qualifies:
             out.append(Alternative(label, best, 0.0, "the best plan already qualifies"))
             continue
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            out.append(Alternative(label, None, None, "not computed: the time limit was reached"))
+            continue
         try:
             sp = build_space(model, cl, training, framework=framework, constraints=c)
-            _, plans, _, _ = _solve_space(model, cl, training, sp, time_limit_s / 3, 1)
+            st, plans, _, _ = _solve_space(model, cl, training, sp, time.perf_counter() + left / 2, 1)
         except PlannerError as err:
             out.append(Alternative(label, None, None, str(err)))
             continue
         if not plans:
-            out.append(Alternative(label, None, None, "nothing fits in memory under this restriction"))
+            why = "nothing fits in memory under this restriction" if st == "infeasible" else \
+                "none found within the time limit (not proven)"
+            out.append(Alternative(label, None, None, why))
             continue
         p = plans[0]
-        out.append(Alternative(label, p, p.step_time_s / best.step_time_s - 1, _binds(p)))
+        proof = "" if st == "optimal" else f" ({st}: not proven optimal)"
+        out.append(Alternative(label, p, p.step_time_s / best.step_time_s - 1, _binds(p) + proof))
     return out
 
 
@@ -447,36 +535,85 @@ def _explain(best: Plan, plans: list[Plan], status: str) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _min_peak(model, cluster, training, space: Space, deadline: float, stop_at: int | None = None):
+    """The smallest peak (MiB, counted as the search counts it) any candidate of `space` reaches.
+
+    A pass over the same stage functions the tables use, keeping only the best, so memory stays
+    flat at any scale. Returns ((peak_mib, layout) or None, complete); with stop_at it returns as
+    soon as a candidate's peak is within stop_at MiB.
+    """
+    best = None
+    for sh in space.shapes:
+        if time.perf_counter() > deadline:
+            return best, False
+        slots = _slots(sh.pp)
+        for u in space.splits[(sh.pp, sh.vpp)]:
+            layers = stage_layers(model, space.layouts(sh, u, ("none", None), 0))
+            statics = [(z, [_mib(stage_static_items(model, training, space.layouts(sh, u, ("none", None), z), k,
+                                                    layers[k])) for k in slots]) for z in space.zeros[sh.pp]]
+            for r in space.recomputes[(sh.pp, sh.vpp)]:
+                lay = space.layouts(sh, u, r, 0)
+                pipe = [_mib(stage_activation_items(model, cluster, training, lay, k, layers[k])) for k in slots]
+                for z, st in statics:
+                    peak = max(a + b for a, b in zip(pipe, st))
+                    if best is None or peak < best[0]:
+                        best = (peak, space.layouts(sh, u, r, z))
+            if stop_at is not None and best is not None and best[0] <= stop_at:
+                return best, True
+    return best, True
+
+
+def _why_no_candidate(space: Space, framework: str | None) -> str:
+    if not space.shapes:
+        return ("no legal layout: no (tp, pp, dp, cp, micro-batch) combination meets the product, divisibility "
+                "and NVLink rules under the constraints")
+    return (f"no legal layout: the ZeRO stages the constraints allow are not available at the pipeline degrees "
+            f"left for framework '{framework or 'any'}' (Megatron and DeepSpeed: ZeRO 2/3 only with pp = 1)")
+
+
 def explain_infeasible(model, cluster, training, space: Space | None = None, *, framework=None,
-                       constraints=None, max_doublings: int = 8) -> Infeasibility:
-    """Smallest reachable peak memory (and its layout), the dominant ledger item, and the smallest
-    power-of-two multiple of the node count on which some layout fits."""
+                       constraints=None, max_doublings: int = 8, deadline: float | None = None) -> Infeasibility:
+    """For a proven-infeasible problem: the smallest reachable peak memory (and its layout), the
+    dominant ledger item, and the smallest power-of-two multiple of the node count on which some
+    layout fits. Bounded by `deadline` (default: 10 s from now) and by MAX_GPUS; what the time does
+    not allow is said in the message, never guessed."""
+    deadline = deadline if deadline is not None else time.perf_counter() + 10.0
     space = space or build_space(model, cluster, training, framework=framework, constraints=constraints)
-    min_plan, min_peak, dominant = None, math.inf, "n/a"
-    if space.shapes:
-        t = build_tables(model, cluster, training, space, prune=False)
-        m, h = _build(t, cluster, memory=False)
-        m.minimize(h.peak)  # the smallest peak any layout reaches
-        s = _solver(10.0)
-        if s.solve(m) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            min_plan = _to_plan(model, cluster, training, t, _chosen(s, h))
-            min_peak = min_plan.peak_memory_bytes
-            dominant = min_plan.memory.peak_stage.dominant.name
-    fit_gpus = None
+    cap = int(cluster.gpu.memory // MEM_UNIT_BYTES)
+    found, complete = _min_peak(model, cluster, training, space, deadline)
+    min_plan = evaluate(model, cluster, training, found[1], allow_idle=space.allow_idle) if found else None
+    min_peak = min_plan.peak_memory_bytes if min_plan else math.inf
+    dominant = min_plan.memory.peak_stage.dominant.name if min_plan else "n/a"
+    fit_gpus, searched, timed_out = None, cluster.world_size, not complete
     for k in range(1, max_doublings + 1):
-        bigger = cluster.model_copy(update={"num_nodes": cluster.num_nodes * 2**k})
+        nodes = cluster.num_nodes * 2**k
+        if timed_out or nodes * cluster.gpus_per_node > MAX_GPUS:
+            break
+        if time.perf_counter() > deadline:
+            timed_out = True
+            break
+        bigger = cluster.model_copy(update={"num_nodes": nodes})
         sp = build_space(model, bigger, training, framework=framework, constraints=constraints)
-        if sp.shapes:
-            t = build_tables(model, bigger, training, sp)
-            built = _build(t, bigger) if t.pipe_rows and t.static_rows else None
-            if built is not None:
-                if _solver(10.0).solve(built[0]) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                    fit_gpus = bigger.world_size
-                    break
-    if min_plan is None:
-        msg = "no legal layout: the divisibility rules and constraints leave no candidate"
+        hit, done = _min_peak(model, bigger, training, sp, deadline, stop_at=cap)
+        if hit is not None and hit[0] <= cap:
+            fit_gpus = bigger.world_size
+            break
+        if not done:
+            timed_out = True
+            break
+        searched = bigger.world_size
+    if min_plan is None and complete:
+        msg = _why_no_candidate(space, framework)
+    elif min_plan is None:
+        msg = "nothing fits (proven); the smallest reachable peak was not determined within the time limit"
     else:
-        msg = (f"nothing fits: the smallest peak any layout reaches is {min_peak / 2**30:.1f} GiB "
+        scope = "" if complete else " found within the time limit"
+        msg = (f"nothing fits: the smallest peak any layout{scope} reaches is {min_peak / 2**30:.1f} GiB "
                f"({min_plan.layout.short()}) > {cluster.gpu.memory / 2**30:.1f} GiB; dominated by {dominant}")
-    msg += f"; fits on {fit_gpus} GPUs" if fit_gpus else f"; nothing fits even on {cluster.world_size * 2**max_doublings} GPUs"
+    if fit_gpus:
+        msg += f"; fits on {fit_gpus} GPUs"
+    elif timed_out:
+        msg += f"; nothing fits on up to {searched} GPUs (larger clusters not searched within the time limit)"
+    else:
+        msg += f"; nothing fits even on {searched} GPUs"
     return Infeasibility(min_peak, min_plan, dominant, fit_gpus, msg)

@@ -7,9 +7,9 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 from __future__ import annotations
 
 from planner.errors import InvalidLayout
-from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
-__all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors"]
+__all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
 
 def divisors(n: int) -> list[int]:
@@ -151,6 +151,8 @@ class Space:
     """pp -> ZeRO stages the target framework allows."""
     rank_order: str = "tp-cp-dp-pp"
     """Rank placement used for every candidate."""
+    allow_idle: bool = False
+    """Candidates may leave GPUs idle (tp*pp*dp*cp divides the world size)."""
 
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
@@ -179,6 +181,63 @@ def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) ->
 
 CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "zero_stage", "micro_batch_size", "recompute", "vpp",
                    "sequence_parallel", "uneven_stages", "rank_order")
+_INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
+_BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute")
+RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
+
+
+def _whole(name: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise PlannerError(f"constraint {name}: expected a whole number from {lo} to {hi}, "
+                           f"a (lo, hi) range or a list of them, got {v!r}")
+    return v
+
+
+def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
+    """Check every constraint's type and range; returns them normalised (lists become frozensets).
+
+    Degrees and micro-batch: N, (lo, hi) with None for an open end, or a list/set of N; zero_stage
+    likewise in 0..3; recompute: a mode or a list of modes; sequence_parallel, uneven_stages: bool;
+    rank_order: one of RANK_ORDERS.
+
+    Raises:
+        PlannerError: one line naming the constraint and the rule.
+    """
+    out: dict[str, Any] = {}
+    for name, rule in constraints.items():
+        if rule is None:
+            continue
+        if name in _INT_KEYS:
+            lo, hi = _INT_KEYS[name], (3 if name == "zero_stage" else MAX_GPUS)
+            if isinstance(rule, tuple) and len(rule) == 2:
+                a, b = (None if x is None else _whole(name, x, lo, hi) for x in rule)
+                if a is not None and b is not None and a > b:
+                    raise PlannerError(f"constraint {name}: range ({a}, {b}) is empty (lo > hi)")
+                out[name] = (a, b)
+            elif isinstance(rule, (list, set, frozenset, tuple)):
+                if not rule:
+                    raise PlannerError(f"constraint {name}: an empty list allows nothing")
+                out[name] = frozenset(_whole(name, x, lo, hi) for x in rule)
+            else:
+                out[name] = _whole(name, rule, lo, hi)
+        elif name == "recompute":
+            modes = [rule] if isinstance(rule, (str, Recompute)) else rule
+            if not isinstance(modes, (list, set, frozenset, tuple)) or not modes or any(
+                    str(m) not in ("none", "selective", "full") for m in modes):
+                raise PlannerError(f"constraint recompute: expected 'none', 'selective', 'full' or a list of them, "
+                                   f"got {rule!r}")
+            out[name] = frozenset(str(m) for m in modes)
+        elif name in _BOOL_KEYS:
+            if not isinstance(rule, bool):
+                raise PlannerError(f"constraint {name}: expected True or False, got {rule!r}")
+            out[name] = rule
+        elif name == "rank_order":
+            if rule not in RANK_ORDERS:
+                raise PlannerError(f"constraint rank_order: expected one of {', '.join(RANK_ORDERS)}, got {rule!r}")
+            out[name] = rule
+        else:
+            raise PlannerError(f"unknown constraint {name!r}; known: {', '.join(CONSTRAINT_KEYS)}")
+    return out
 
 
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
@@ -248,12 +307,13 @@ def build_space(
     Raises:
         PlannerError: an unknown framework or constraint name.
     """
-    constraints = dict(constraints or {})
-    unknown = set(constraints) - set(CONSTRAINT_KEYS) - {"partial_recompute"}
-    if unknown:
-        raise PlannerError(f"unknown constraint {sorted(unknown)[0]!r}; known: {', '.join(CONSTRAINT_KEYS)}")
+    constraints = validate_constraints(dict(constraints or {}))
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
+                                               for z in zero_stages(framework, 1)):
+        raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "
+                           f"'{framework}' (it offers ZeRO {', '.join(map(str, zero_stages(framework, 1)))})")
     for key, limit in FRAMEWORK_LIMITS.get(framework or "any", {}).items():
         if key in constraints and key not in ("uneven_stages", "partial_recompute") and not _allowed(key, limit, constraints):
             raise PlannerError(f"constraint {key}={constraints[key]!r} is impossible with framework '{framework}' "
@@ -299,11 +359,13 @@ def build_space(
                                     shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
     allow_uneven = _allowed("uneven_stages", True, constraints)
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
-    if order not in ("tp-cp-dp-pp", "tp-cp-pp-dp"):
-        raise PlannerError(f"rank_order must be 'tp-cp-dp-pp' or 'tp-cp-pp-dp', got {order!r}")
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     splits = {k: _splits(L, k[0], k[1], allow_uneven) for k in keys}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
              for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), splits, recomputes, zeros, order)
+    return Space(tuple(shapes), splits, recomputes, zeros, order, allow_idle)
+
+
+def _shown(rule: Any) -> str:
+    return ",".join(map(str, sorted(rule))) if isinstance(rule, frozenset) else str(rule)

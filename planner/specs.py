@@ -32,6 +32,7 @@ __all__ = [
     "Layout",
     "num_microbatches",
     "format_validation_error",
+    "MAX_GPUS",
 ]
 
 
@@ -39,11 +40,54 @@ def _qty(kind: str):
     return BeforeValidator(lambda v: parse_quantity(v, kind) if isinstance(v, str) else v)
 
 
-Bytes = Annotated[float, _qty("bytes"), Field(gt=0)]
-BytesPerS = Annotated[float, _qty("bytes/s"), Field(gt=0)]
-FlopPerS = Annotated[float, _qty("flop/s"), Field(gt=0)]
-Seconds = Annotated[float, _qty("s"), Field(ge=0)]
-PosInt = Annotated[int, Field(gt=0)]
+# Bounds on every size a user can give. They keep the solver's integers (microseconds, MiB) far
+# from int64 and every float finite, and they sit well above anything trained today.
+MAX_GPUS = 2**21
+"""World size, and any parallel degree (2,097,152 GPUs)."""
+MAX_LAYERS = 4096
+MAX_WIDTH = 2**20
+"""hidden_size, ffn_hidden_size, kv_channels (1,048,576)."""
+MAX_HEADS = 2**16
+MAX_VOCAB = 2**24
+MAX_SEQ = 2**24
+"""seq_length and max_position_embeddings (16,777,216 tokens)."""
+MAX_BATCH = 2**24
+"""global and micro-batch size, sequences."""
+MAX_TOKENS_PER_STEP = 2**36
+"""global_batch_size * seq_length (6.9e10 tokens; real runs use ~1.6e7)."""
+
+
+def _count(hi: int, lo: int = 1):
+    """A strict integer in [lo, hi]: booleans, strings and floats are refused."""
+    low = {"gt": 0} if lo == 1 else {"ge": lo}  # "greater than 0" reads as the rule it is
+    return Annotated[int, Field(strict=True, le=hi, **low)]
+
+
+def _real(**bounds):
+    """A strict, finite real number (an int is accepted; booleans and strings are not)."""
+    return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds)]
+
+
+Bytes = Annotated[float, _qty("bytes"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e15)]
+BytesPerS = Annotated[float, _qty("bytes/s"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e15)]
+FlopPerS = Annotated[float, _qty("flop/s"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e18)]
+Seconds = Annotated[float, _qty("s"), Field(strict=True, allow_inf_nan=False, ge=0, le=1.0)]
+PosInt = _count(MAX_GPUS)
+Bool = Annotated[bool, Field(strict=True)]
+Name = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
+Fraction = _real(gt=0, le=1)
+Share = _real(ge=0, le=1)
+
+
+def _curve_rule(points: list, what: str, value_rule: str) -> None:
+    """Measured curves: sizes strictly increasing, values non-decreasing with size."""
+    if not points:
+        raise ValueError(f"{what}: needs at least one (size, value) point")
+    for (x1, y1), (x2, y2) in zip(points, points[1:]):
+        if x2 <= x1:
+            raise ValueError(f"{what}: sizes must increase strictly ({x1:g} then {x2:g})")
+        if y2 < y1:
+            raise ValueError(f"{what}: {value_rule} must not fall as size grows ({y1:g} then {y2:g})")
 
 
 def _field_and_rule(err: ValidationError) -> tuple[str, str]:
@@ -59,8 +103,9 @@ def _field_and_rule(err: ValidationError) -> tuple[str, str]:
     elif first["type"] == "missing":
         msg = "required field is missing"
     m = re.match(r"^(\w+): (.*)$", msg)
-    if not loc and m:  # cross-field rules name their field as "field: rule"
-        loc, msg = m.groups()
+    if m and first["type"] == "value_error":  # cross-field rules name their field as "field: rule"
+        loc = f"{loc}.{m.group(1)}" if loc else m.group(1)
+        msg = m.group(2)
     return loc or "(root)", msg
 
 
@@ -117,29 +162,32 @@ class Recompute(StrEnum):
 class ModelSpec(_Spec):
     """A dense decoder-only transformer. The parameter count is derived, never stored."""
 
-    name: str
+    name: Name
     """Catalog id or a free name."""
     family: Family
     """Layer family: 'gpt' or 'llama'."""
-    num_layers: PosInt
+    num_layers: _count(MAX_LAYERS)
     """Number of transformer layers L."""
-    hidden_size: PosInt
+    hidden_size: _count(MAX_WIDTH)
     """Model width h."""
-    num_attention_heads: PosInt
+    num_attention_heads: _count(MAX_HEADS)
     """Query heads a."""
-    num_kv_heads: PosInt | None = None
+    num_kv_heads: _count(MAX_HEADS) | None = None
     """Key/value heads g for grouped-query attention; None means g = a (multi-head)."""
-    ffn_hidden_size: PosInt
+    kv_channels: _count(MAX_WIDTH) | None = None
+    """Per-head width d (Hugging Face `head_dim`, Megatron `--kv-channels`); None means h / a.
+    Llama family only: queries are then a*d wide, which need not equal h (Mistral-NeMo: 32 x 128 vs 5120)."""
+    ffn_hidden_size: _count(MAX_WIDTH)
     """MLP inner width f (per branch for SwiGLU)."""
-    vocab_size: PosInt
+    vocab_size: _count(MAX_VOCAB)
     """Vocabulary size V (as trained, before any padding)."""
     position_embedding: Literal["learned", "rope"] | None = None
     """'learned' (a position table, GPT default) or 'rope' (rotary, no parameters; Llama default)."""
-    max_position_embeddings: PosInt | None = None
+    max_position_embeddings: _count(MAX_SEQ) | None = None
     """Learned position table size; needed only with learned positions."""
-    tied_embeddings: bool = False
+    tied_embeddings: Bool = False
     """Input embedding and output layer share one matrix."""
-    qkv_bias: bool = False
+    qkv_bias: Bool = False
     """Llama family only: Q/K/V projections carry a bias (Qwen2)."""
     sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     """Where the numbers come from (catalog files)."""
@@ -149,7 +197,9 @@ class ModelSpec(_Spec):
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         h, a = self.hidden_size, self.num_attention_heads
-        if h % a:
+        if self.kv_channels is not None and self.family == Family.GPT:
+            raise ValueError("kv_channels: an explicit per-head width is supported for the 'llama' family only")
+        if self.kv_channels is None and h % a:
             raise ValueError(f"hidden_size: num_attention_heads ({a}) must divide hidden_size ({h})")
         if a % self.kv_heads:
             raise ValueError(f"num_kv_heads: num_kv_heads ({self.kv_heads}) must divide num_attention_heads ({a})")
@@ -173,8 +223,13 @@ class ModelSpec(_Spec):
 
     @cached_property
     def head_dim(self) -> int:
-        """d = h / a."""
-        return self.hidden_size // self.num_attention_heads
+        """d: kv_channels when given, else h / a."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @cached_property
+    def q_hidden(self) -> int:
+        """a * d, the width of Q and of the attention output (h unless kv_channels says otherwise)."""
+        return self.num_attention_heads * self.head_dim
 
     @cached_property
     def kv_hidden(self) -> int:
@@ -191,9 +246,10 @@ class ModelSpec(_Spec):
             mlp = (h * f + f) + (f * h + h)  # FC1, FC2 with biases
             norms = 2 * 2 * h  # two LayerNorms, gamma and beta
             return attn + mlp + norms
-        attn = h * h + 2 * h * hkv + h * h  # Q, K, V, out-proj (no biases)
+        hq = self.q_hidden
+        attn = h * hq + 2 * h * hkv + hq * h  # Q, K, V, out-proj (no biases)
         if self.qkv_bias:
-            attn += h + 2 * hkv  # Qwen2 Q/K/V biases
+            attn += hq + 2 * hkv  # Qwen2 Q/K/V biases
         mlp = 3 * h * f  # gate, up, down (SwiGLU)
         norms = 2 * h  # two RMSNorm scales
         return attn + mlp + norms
@@ -220,7 +276,7 @@ class ModelSpec(_Spec):
 class GpuSpec(_Spec):
     """One accelerator."""
 
-    name: str
+    name: Name
     """Marketing name, e.g. 'H100-SXM5-80GB'."""
     memory: Bytes
     """HBM capacity in bytes (strings such as '80 GB' are parsed)."""
@@ -230,7 +286,7 @@ class GpuSpec(_Spec):
     """Dense FP8 peak, FLOP/s, where the GPU has FP8."""
     hbm_bandwidth: BytesPerS
     """Peak HBM bandwidth, bytes/s."""
-    arch: int = Field(ge=7, le=12)
+    arch: _count(12, lo=7)
     """Compute-capability major version (8 Ampere, 9 Hopper, 10 Blackwell)."""
 
 
@@ -248,11 +304,16 @@ class LinkTier(_Spec):
     p2p_bandwidth: BytesPerS
     """Unidirectional point-to-point bandwidth between two GPUs, bytes/s."""
 
+    @model_validator(mode="after")
+    def _check(self) -> LinkTier:
+        _curve_rule(self.busbw_curve, "busbw_curve", "bus bandwidth")
+        return self
+
 
 class ScaleOut(_Spec):
     """The scale-out network (InfiniBand / RoCE), rail-optimised: NICs spread over the GPUs."""
 
-    nics_per_node: PosInt
+    nics_per_node: _count(1024)
     """Network interfaces per node."""
     nic_busbw: BytesPerS
     """Effective collective bandwidth one NIC delivers (e.g. ~47 GB/s for 400G NDR), bytes/s."""
@@ -263,34 +324,39 @@ class ScaleOut(_Spec):
 class Calibration(_Spec):
     """Physical efficiency parameters, fitted once per GPU generation (never per run)."""
 
-    gemm_efficiency: list[tuple[float, float]]
-    """(GFLOP of one GEMM, fraction of dense peak) points; log-interpolated, clamped at the ends."""
-    attention_efficiency: float = Field(gt=0, le=1)
+    gemm_efficiency: list[tuple[_real(gt=0, le=1e9), Fraction]]
+    """(GFLOP of one GEMM, fraction of dense peak in (0, 1]) points; log-interpolated, clamped at the ends."""
+    attention_efficiency: Fraction
     """Fraction of dense peak a flash-attention kernel reaches on causal-halved FLOPs (measured FA2 forward)."""
-    attention_efficiency_unfused: float = Field(gt=0, le=1)
+    attention_efficiency_unfused: Fraction
     """The same for the attention kernels of eager-PyTorch trainers (fitted on MPT / torchtitan runs)."""
-    elementwise_passes: float = Field(ge=0)
+    elementwise_passes: _real(ge=0, le=1000)
     """Memory-bound traffic per layer per token in units of 2*h bytes, with fused kernels (Megatron/TE)."""
-    elementwise_passes_unfused: float = Field(ge=0)
+    elementwise_passes_unfused: _real(ge=0, le=1000)
     """The same with eager PyTorch kernels (unfused norms, activations, dropout; FSDP-style trainers)."""
-    tp_comm_exposed: float = Field(ge=0, le=1)
+    tp_comm_exposed: Share
     """Fraction of tensor-parallel communication left on the critical path."""
-    dp_overlap: float = Field(ge=0, le=1)
+    dp_overlap: Share
     """Fraction of the backward pass that data-parallel gradient reduction can hide behind."""
-    hbm_efficiency: float = Field(gt=0, le=1)
+    hbm_efficiency: Fraction
     """Achieved fraction of peak HBM bandwidth for streaming kernels (STREAM triad)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Calibration:
+        _curve_rule(self.gemm_efficiency, "gemm_efficiency", "efficiency")
+        return self
 
 
 class ClusterSpec(_Spec):
     """A GPU cluster: identical nodes, NVLink domains, a rail-optimised scale-out network."""
 
-    name: str
+    name: Name
     """Catalog id."""
     gpu: GpuSpec
     """The GPU in every node."""
-    gpus_per_node: PosInt
+    gpus_per_node: _count(1024)
     """GPUs per node (per compute tray on GB200 NVL72)."""
-    nvlink_domain_size: PosInt
+    nvlink_domain_size: _count(2**16)
     """GPUs in one NVLink/NVSwitch domain; a multiple of gpus_per_node (72 on GB200 NVL72)."""
     num_nodes: PosInt = 1
     """Nodes in the cluster."""
@@ -310,6 +376,12 @@ class ClusterSpec(_Spec):
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         d, g = self.nvlink_domain_size, self.gpus_per_node
+        if self.num_nodes * g > MAX_GPUS:
+            raise ValueError(f"num_nodes: num_nodes({self.num_nodes})*gpus_per_node({g}) = {self.num_nodes * g} "
+                             f"exceeds the {MAX_GPUS:,} GPUs the planner models")
+        if self.memory_overhead >= self.gpu.memory:
+            raise ValueError(f"memory_overhead: the overhead item ({self.memory_overhead / 2**30:.1f} GiB) must be "
+                             f"smaller than gpu.memory ({self.gpu.memory / 2**30:.1f} GiB)")
         if d % g and g % d:
             raise ValueError(f"nvlink_domain_size: nvlink_domain_size ({d}) and gpus_per_node ({g}) must nest (one divides the other)")
         if d > g and (self.num_nodes * g) % d and self.num_nodes * g > d:
@@ -332,9 +404,9 @@ class ClusterSpec(_Spec):
 class TrainingSpec(_Spec):
     """The workload: batch, sequence, precision and optimizer."""
 
-    global_batch_size: PosInt
+    global_batch_size: _count(MAX_BATCH)
     """Sequences per optimizer step."""
-    seq_length: PosInt
+    seq_length: _count(MAX_SEQ)
     """Tokens per sequence."""
     precision: Literal["bf16", "fp16"] = "bf16"
     """Mixed-precision compute dtype (parameters and activations)."""
@@ -346,8 +418,16 @@ class TrainingSpec(_Spec):
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
     kernels: Literal["fused", "unfused"] = "fused"
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': eager PyTorch."""
-    token_budget: Annotated[float, Field(gt=0)] | None = None
+    token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingSpec:
+        n = self.global_batch_size * self.seq_length
+        if n > MAX_TOKENS_PER_STEP:
+            raise ValueError(f"global_batch_size: global_batch_size({self.global_batch_size})*seq_length"
+                             f"({self.seq_length}) = {n:,} tokens per step exceeds {MAX_TOKENS_PER_STEP:,}")
+        return self
 
 
 class Layout(_Spec):
@@ -361,21 +441,21 @@ class Layout(_Spec):
     """Data-parallel degree."""
     cp: PosInt = 1
     """Context-parallel degree."""
-    zero_stage: Annotated[int, Field(ge=0, le=3)] = 0
+    zero_stage: _count(3, lo=0) = 0
     """ZeRO stage: 1 shards optimizer states, 2 also grads, 3 also params (over dp*cp ranks)."""
-    micro_batch_size: PosInt = 1
+    micro_batch_size: _count(MAX_BATCH) = 1
     """Sequences per micro-batch per model replica."""
     recompute: Recompute = Recompute.NONE
     """Activation recomputation granularity."""
-    recompute_num_layers: Annotated[int, Field(ge=0)] | None = None
+    recompute_num_layers: _count(MAX_LAYERS, lo=0) | None = None
     """With full recompute: layers per pipeline stage that are recomputed (None = all)."""
-    vpp: PosInt = 1
+    vpp: _count(MAX_LAYERS) = 1
     """Virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B."""
-    sequence_parallel: bool = False
+    sequence_parallel: Bool = False
     """Megatron sequence parallelism (needs tp > 1)."""
-    first_stage_layers: PosInt | None = None
+    first_stage_layers: _count(MAX_LAYERS) | None = None
     """Layers on the first pipeline stage when uneven (None = even split)."""
-    last_stage_layers: PosInt | None = None
+    last_stage_layers: _count(MAX_LAYERS) | None = None
     """Layers on the last pipeline stage when uneven (None = even split)."""
     rank_order: Literal["tp-cp-dp-pp", "tp-cp-pp-dp"] = "tp-cp-dp-pp"
     """Rank placement, innermost axis first: Megatron's default, or its --use-tp-pp-dp-mapping."""

@@ -4,11 +4,15 @@ worker processes; rows for a CSV, the minimum GPUs that fit, and a time-to-train
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
-__all__ = ["grid", "run_point", "run_sweep", "min_gpus_that_fit", "write_csv", "plot_sweep", "FIELDS"]
+from planner.outputs import write_file
+
+__all__ = ["grid", "run_point", "run_sweep", "min_gpus_that_fit", "write_csv", "plot_sweep", "FIELDS", "CSV_MARKER",
+           "PNG_MARKER"]
 
 FIELDS = ["model", "cluster", "nodes", "gpus", "seq_length", "global_batch_size", "status", "layout", "step_s",
           "tokens_per_s", "mfu", "peak_gib", "days_to_train", "gpu_hours"]
@@ -82,16 +86,23 @@ def min_gpus_that_fit(rows: list[dict]) -> dict[tuple[str, str, int], int | None
     return out
 
 
-def write_csv(rows: list[dict], path: str) -> None:
-    """The rows as CSV with FIELDS as columns."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: r.get(k, "") for k in FIELDS})
+CSV_MARKER = (",".join(FIELDS) + "\r\n").encode()
+"""The header line every sweep CSV starts with (planner.outputs rewrites only files that hold it)."""
+PNG_MARKER = b"Software\x00planner"
+"""The PNG text chunk every sweep plot carries."""
 
 
-def plot_sweep(rows: list[dict], path: str) -> None:
+def write_csv(rows: list[dict], path: str, *, force: bool = False) -> None:
+    """The rows as CSV with FIELDS as columns (never over a file planner did not write, unless force)."""
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r.get(k, "") for k in FIELDS})
+    write_file(path, buf.getvalue().encode("utf-8"), CSV_MARKER, force=force)
+
+
+def plot_sweep(rows: list[dict], path: str, *, force: bool = False) -> None:
     """Time to train (or step time) against GPUs, one line per model / cluster / sequence length."""
     import matplotlib
 
@@ -111,5 +122,7 @@ def plot_sweep(rows: list[dict], path: str) -> None:
     ax.set_xlabel("GPUs")
     ax.set_ylabel("days to train the token budget" if metric == "days_to_train" else "seconds per step")
     ax.legend(fontsize=7)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": "planner"})
     plt.close(fig)
+    write_file(path, buf.getvalue(), PNG_MARKER, force=force)

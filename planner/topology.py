@@ -7,6 +7,7 @@ sits on GPU r.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,19 +86,21 @@ def placement(cluster: ClusterSpec, *axes: tuple[int, int]) -> GroupPlacement:
 
 @lru_cache(maxsize=4096)
 def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, axes) -> GroupPlacement:
+    """Linear in the group size: members by arithmetic, per-node counts with one Counter.
+
+    The group holding rank 0 stays on NVLink iff every member sits in rank 0's NVLink domain (in the
+    graph of cluster_graph: the shortest path between two members then runs through their switch,
+    never through the fabric).
+    """
     members = [0]  # the group holding rank 0
     for size, stride in axes:
         members = [m + k * stride for m in members for k in range(size)]
-    members.sort()
     size = len(members)
     if size == 1:
         return GroupPlacement(1, "local", 1, nics / gpn)
-    if members[-1] >= world:  # layout larger than the cluster: price it as crossing the fabric
+    last = max(members)
+    if last >= world:  # layout larger than the cluster: price it as crossing the fabric
         return GroupPlacement(size, "scaleout", 1, nics / gpn)
-    g = _graph(name, world, gpn, domain, nvl_bw, nics, nic_bw)
-    path = nx.shortest_path(g, ("gpu", members[0]), ("gpu", members[-1]))
-    switches = {g.nodes[("gpu", r)]["domain"] for r in members}
-    tier = "nvlink" if len(switches) == 1 and "fabric" not in path else "scaleout"
-    nodes = [g.nodes[("gpu", r)]["node"] for r in members]
-    per_node = max(nodes.count(n) for n in set(nodes))
+    tier = "nvlink" if last // domain == 0 else "scaleout"
+    per_node = max(Counter(m // gpn for m in members).values())
     return GroupPlacement(size, tier, per_node, nics / gpn)

@@ -33,7 +33,8 @@ def test_plan_json():
 def test_plan_table_and_emit(tmp_path):
     code, out, _ = run(["plan", *SMALL, "--emit", "megatron", "--out", str(tmp_path / "m")])
     assert code == 0 and "proven optimal" in out and "ranked layouts" in out
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["megatron_args.json", "sbatch.sh", "train.sh"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [".planner-files.json", "megatron_args.json", "sbatch.sh",
+                                                                  "train.sh"]
 
 
 def test_evaluate_reports_distance_from_optimum():

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LaunchFiles"]
+from planner.outputs import write_folder
+
+__all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value"]
 
 
 @dataclass(frozen=True)
@@ -23,20 +26,53 @@ class LaunchFiles:
     config: dict | None = None
     """The JSON config (DeepSpeed)."""
 
-    def write(self, folder: str | Path) -> list[Path]:
-        """Write every file into `folder` (created if needed); returns the paths, sorted."""
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for name in sorted(self.files):
-            p = out / name
-            p.write_text(self.files[name])
-            if name.endswith(".sh"):
-                p.chmod(0o755)
-            paths.append(p)
-        return paths
+    def write(self, folder: str | Path, *, force: bool = False) -> list[Path]:
+        """Write every file into `folder` (created if needed); returns the paths, sorted.
+
+        Never writes through a symbolic link, and refuses to replace a file the planner did not
+        write there (or one edited since) unless `force` (planner.outputs).
+        """
+        return write_folder(folder, self.files, force=force)
+
+
+LAUNCH_FILE_NAMES = {
+    "megatron": ("megatron_args.json", "sbatch.sh", "train.sh"),
+    "deepspeed": ("ds_config.json", "launch.sh"),
+    "torchtitan": ("job.toml", "train.sh"),
+}
+"""The files each emitter writes (checked against the output folder before any work)."""
 
 
 def dump_json(data) -> str:
     """Stable JSON (sorted keys, 2-space indent, trailing newline)."""
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def script_word(text: str, limit: int = 80) -> str:
+    """A user-given name made safe to stand unquoted anywhere in a shell script, a SLURM directive
+    or a TOML comment: every character outside [A-Za-z0-9._+-] becomes '_', and it is shortened."""
+    return _SAFE.sub("_", text)[:limit] or "_"
+
+
+def toml_value(value) -> str:
+    """A TOML value from a str, bool, int or finite float (strings escaped as TOML basic strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        out = []
+        for ch in value:
+            if ch in ('"', "\\"):
+                out.append("\\" + ch)
+            elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+                out.append(f"\\u{ord(ch):04X}")
+            else:
+                out.append(ch)
+        return '"' + "".join(out) + '"'
+    raise TypeError(f"no TOML form for {type(value).__name__}")
