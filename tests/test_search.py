@@ -117,7 +117,9 @@ def test_70b_on_64_h100_uses_tp_in_node_plus_pp_or_zero3():
              TrainingSpec(global_batch_size=256, seq_length=4096), top_k=1, structural=False)
     lay = r.best.layout
     assert 1 < lay.tp <= 8
-    assert lay.pp > 1 or lay.zero_stage == 3
+    # 18 B/param x 70.6B / tp 8 = 159 GB > 80 GB: TP alone cannot hold the state, so PP or
+    # sharded gradients and states (ZeRO-2/3) must join it
+    assert lay.pp > 1 or lay.zero_stage >= 2
 
 
 @pytest.mark.parametrize("seq,expect_cp", [(8192, False), (131072, True)])

@@ -99,7 +99,7 @@ def test_gb200_domain_spans_trays():
 
 def test_units_parsed_to_si():
     c = planner.load_cluster("dgx-h100")
-    assert c.gpu.memory == 80e9
+    assert c.gpu.memory == 81559 * 2**20  # "81559 MiB" in the YAML
     assert c.gpu.peak_bf16_flops == 989e12
     assert c.scaleout.latency == pytest.approx(20e-6)
     assert c.memory_overhead == 3 * 2**30
@@ -185,3 +185,24 @@ def test_cluster_override_and_bad_quantity():
     assert c.memory_overhead == 5 * 2**30
     with pytest.raises(SpecError, match="field 'memory_overhead'"):
         planner.load_cluster("dgx-h100", memory_overhead="5 parsecs")
+
+
+@pytest.mark.parametrize("cluster,mib", [
+    ("dgx-h100", 81_559),       # nvidia-smi "81559MiB" (modal-labs/modal-client#2797)
+    ("dgx-a100-80g", 81_920),   # nvidia-smi "81920MiB" (same)
+    ("dgx-a100-40g", 40_960),   # nvidia-smi "40960MiB" (same)
+    ("hgx-h200", 143_771),      # nvidia-smi "143771MiB" (NVIDIA/cuda-samples#311)
+    ("dgx-b200", 183_359),      # nvidia-smi "183359MiB" (NVIDIA/TensorRT-LLM#10278)
+    ("gb200-nvl72", 189_471),   # nvidia-smi "189471MiB" on GB200 trays
+    ("mi300x", 196_592),        # 8 CPX partitions x 25,767,706,624 B (ROCm/legacy-rocm-build#4750)
+])
+def test_gpu_capacity_is_what_the_driver_reports(cluster, mib):
+    """Capacity is the driver's total in MiB, not the marketing GB read as decimal (an H100 '80 GB'
+    is 76.3 GiB as decimal, 79.6 GiB as nvidia-smi reports it)."""
+    from planner.search import build_tables  # the solver's capacity in MiB is the same number
+    c = planner.load_cluster(cluster)
+    assert c.gpu.memory == mib * 2**20
+    m = planner.load_model("gpt3-1.3b")
+    t = planner.TrainingSpec(global_batch_size=8, seq_length=2048)
+    from planner.space import build_space
+    assert build_tables(m, c, t, build_space(m, c, t), prune=False).capacity_mib == mib
