@@ -42,17 +42,39 @@ def score(runs, cal_update):
     return statistics.mean(statistics.median(v) for v in groups.values()) + 0.25 * worst, groups
 
 
+def generation(cluster_name: str) -> str:
+    """The GPU generation a catalog cluster belongs to (the unit the parameters are fitted for)."""
+    return "a100" if cluster_name.startswith("dgx-a100") else cluster_name
+
+
+def fit(runs, prior: dict[str, float] | None = None):
+    """The grid point with the lowest score on `runs`; (score, update, groups).
+
+    Ties (a parameter the rows do not constrain) go to the prior (the catalog's value), so a fit
+    that cannot see a parameter leaves it where the catalog has it.
+    """
+    prior = prior or {}
+    grid = {k: sorted(set(v) | ({prior[k]} if k in prior else set())) for k, v in GRID.items()}
+    best = None
+    for values in itertools.product(*grid.values()):
+        upd = dict(zip(grid, values))
+        sc, groups = score(runs, upd)
+        moved = sum(upd[k] != prior.get(k, upd[k]) for k in upd)
+        key = (round(sc, 6), moved)
+        if best is None or key < best[0]:
+            best = (key, sc, upd, groups)
+    return best[1:]
+
+
+def prior_of(cluster) -> dict[str, float]:
+    """The catalog's values of the fitted parameters."""
+    return {k: getattr(cluster.calibration, k) for k in GRID}
+
+
 def main(argv):
     for name in argv or ["dgx-h100", "dgx-a100-80g"]:
-        prefix = name.rsplit("-", 1)[0] if name.startswith("dgx-a100") else name
-        runs = [r for r in load_runs() if r.cluster.name.startswith(prefix) and not r.oom]
-        best = None
-        for values in itertools.product(*GRID.values()):
-            upd = dict(zip(GRID, values))
-            sc, groups = score(runs, upd)
-            if best is None or sc < best[0]:
-                best = (sc, upd, groups)
-        sc, upd, groups = best
+        runs = [r for r in load_runs() if generation(r.cluster.name) == generation(name) and not r.oom]
+        sc, upd, groups = fit(runs, prior_of(runs[0].cluster))
         print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
         for g, errs in sorted(groups.items()):
             print(f"  {g:34s} n={len(errs):3d} median |err| {statistics.median(errs):6.1%} max {max(errs):6.1%}")

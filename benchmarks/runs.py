@@ -1,4 +1,4 @@
-"""Turn rows of shared/calibration/published_runs.yaml into (model, cluster, training, layout).
+"""Turn rows of benchmarks/data/published_runs.yaml into (model, cluster, training, layout).
 
 Shared by benchmarks/fidelity.py and the fidelity regression test. Only BF16/FP16 rows with a
 complete layout (micro-batch, ZeRO stage and recompute published) are used.
@@ -17,7 +17,8 @@ from planner.specs import Layout, ModelSpec, TrainingSpec
 
 __all__ = ["Run", "load_runs", "RUNS_PATH"]
 
-RUNS_PATH = Path(os.environ.get("PLANNER_RUNS", Path(__file__).resolve().parents[2] / "shared" / "calibration" / "published_runs.yaml"))
+RUNS_PATH = Path(os.environ.get("PLANNER_RUNS") or Path(__file__).resolve().parent / "data" / "published_runs.yaml")
+"""The project's copy of shared/calibration/published_runs.yaml (sources in benchmarks/data/README.md)."""
 
 
 @dataclass(frozen=True)
