@@ -61,6 +61,25 @@ def _recompute(text: str | None) -> str | None:
     return None
 
 
+def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
+    """The overlaps a run's declared data-parallel implementation (its `sharding` field) performs.
+
+    Megatron flags as written; PyTorch DDP ("DDP-impl torch") reduces buckets during backward,
+    Megatron's 2021 "local" DDP all-reduces after it; PyTorch FSDP SHARD_GRAD_OP reduce-scatters
+    during backward and prefetches the forward all-gather (its defaults). ZeRO-3 rows are priced
+    by calibration.dp_overlap, so their flags stay off.
+    """
+    if zero == 3:
+        return False, False
+    if "--overlap-grad-reduce" in sharding or "--overlap-param-gath" in sharding:
+        return "--overlap-grad-reduce" in sharding, "--overlap-param-gath" in sharding and zero >= 1
+    if "DDP-impl torch" in sharding:
+        return True, False
+    if "SHARD_GRAD_OP" in sharding:
+        return True, True
+    return False, False
+
+
 def _measured_tokens(row: dict) -> float | None:
     meas, mod = row["measured"], row["model"]
     if isinstance(meas.get("tokens_per_sec_per_gpu"), (int, float)):
@@ -104,9 +123,11 @@ def load_runs(path: Path = RUNS_PATH) -> list[Run]:
                                 attention=attention,
                                 kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused")
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
+        grad_overlap, param_overlap = _declared_overlaps(str(r.get("sharding")), r["zero_stage"])
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=par.get("vpp") or 1,
-                        sequence_parallel=bool(par.get("sequence_parallel")) and tp > 1)
+                        sequence_parallel=bool(par.get("sequence_parallel")) and tp > 1,
+                        overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap)
         mem = r["measured"].get("peak_mem_gib")
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, tokens,
                         mem * 2**30 if isinstance(mem, (int, float)) else None, oom))

@@ -265,7 +265,8 @@ def _layout_from_args(a) -> Layout:
     return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
-                  last_stage_layers=a.last_stage_layers, rank_order=a.rank_order)
+                  last_stage_layers=a.last_stage_layers, rank_order=a.rank_order,
+                  overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather)
 
 
 def _cmd_evaluate(a, out: Console) -> int:
@@ -405,6 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
     p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
+    p.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="with ZeRO >= 1: parameter all-gather during the next forward (Megatron's flag)")
     p.add_argument("--time-limit", type=_time_limit, default=10.0)
     p.add_argument("--json", action="store_true")
     _emit_args(p)

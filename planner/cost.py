@@ -39,6 +39,7 @@ __all__ = [
     "optimizer_time",
     "training_flops",
     "time_to_train_s",
+    "ddp_bucket_params",
 ]
 
 FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
@@ -242,15 +243,53 @@ def _largest_stage(model: ModelSpec, layout: Layout, layers: list[int]) -> int:
     return int(np.argmax(params))
 
 
+DDP_BUCKET_MIN_PARAMS = 40_000_000
+DDP_BUCKET_PARAMS_PER_RANK = 1_000_000
+# Megatron's default gradient bucket: max(40M, 1M x dp_cp) parameters; one bucket (the whole
+# buffer) when --overlap-grad-reduce is off [Megatron-LM megatron/core/distributed/
+# distributed_data_parallel.py: DistributedDataParallel.__init__ (bucket_size); training.py].
+
+
+def ddp_bucket_params(dp_cp: int) -> int:
+    """Parameters per gradient bucket Megatron uses for a data-parallel (x CP) group of dp_cp ranks."""
+    return max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * dp_cp)
+
+
+def _bucketed(cluster: ClusterSpec, group, op: str, params: float, bytes_per: int, bucket: float,
+              window: float | None) -> float:
+    """Exposed seconds of the collectives over `params` parameters.
+
+    window None (no overlap flag): one collective on the whole buffer, fully exposed. Otherwise
+    the buffer goes out in n = ceil(params / bucket) collectives, each with its own latency,
+    launched as compute frees them while `window` seconds of compute run beside them. Buckets
+    fill from the last layers, so the remainder bucket (the first layers) is ready last and is
+    always exposed: max(t(remainder), t(all buckets) - window); one bucket is fully exposed.
+    """
+    if window is None:
+        return collective_time(cluster, group, op, params * bytes_per)
+    n = max(1, math.ceil(params / bucket))
+    t_last = collective_time(cluster, group, op, (params - (n - 1) * bucket) * bytes_per)
+    total = (n - 1) * collective_time(cluster, group, op, bucket * bytes_per) + t_last
+    return max(t_last, total - window)
+
+
 def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
     """Exposed data-parallel communication of one step (seconds); reads no recompute field.
 
-    Grads are reduced over the dp x cp group. ZeRO 0: all-reduce; ZeRO 1/2: reduce-scatter of grads
-    + all-gather of bf16 weights (same 2 Psi volume); ZeRO 3: per micro-batch two weight all-gathers
-    (forward, backward) and a gradient reduce-scatter, 3 Psi [Rajbhandari20 §7]. Overlap: a fraction
-    dp_overlap of one micro-batch's compute hides the step's reduction (Megatron overlaps the grad
-    reduce with the last backward and the gather with the first forward, [HwRef §4.6]); ZeRO-3 hides
-    each micro-batch's gathers behind that micro-batch.
+    Gradients are reduced over the dp x cp group, on the stage holding the most parameters.
+    ZeRO 0: all-reduce; ZeRO 1: reduce-scatter on the last micro-batch, then an all-gather of the
+    bf16 weights after the step [Megatron-LM param_and_grad_buffer.py: start_grad_sync on
+    is_last_microbatch]; ZeRO 2 (gradients sharded, so no full-size accumulation buffer):
+    a reduce-scatter in every micro-batch's backward [DeepSpeed stage_1_and_2.py: gradients are
+    reduced into their partitions in each backward; Megatron-FSDP optim_grads likewise], then the
+    all-gather; ZeRO 3: per micro-batch two weight all-gathers (forward, backward) and a gradient
+    reduce-scatter, 3 Psi [Rajbhandari20 §7].
+    Overlap (ZeRO 0-2), from the layout's flags: overlap_grad_reduce sends gradient buckets
+    (ddp_bucket_params) while the same micro-batch's backward runs on the stage; overlap_param_gather
+    gathers the weights bucket by bucket during the next step's first forward [Megatron-LM
+    distributed_data_parallel.py, param_and_grad_buffer.py: register_grad_ready, forward pre-hooks].
+    Without a flag the collective runs whole and exposed. ZeRO 3 (FSDP prefetch): a fraction
+    calibration.dp_overlap of each micro-batch's compute hides its gathers.
     """
     n = layout.dp * layout.cp
     if n == 1:
@@ -261,14 +300,21 @@ def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     grad_b = 2 if training.grad_dtype == "bf16" else 4
     group = group_placement(cluster, layout, "dpcp")
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
-    window = cluster.calibration.dp_overlap * layers[big] * (lt.fwd + lt.bwd)
-    rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
-    ag = collective_time(cluster, group, "allgather", psi * 2)
+    m = num_microbatches(training, layout)
+    if layout.zero_stage == 3:
+        window = cluster.calibration.dp_overlap * layers[big] * (lt.fwd + lt.bwd)
+        rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
+        ag = collective_time(cluster, group, "allgather", psi * 2)
+        return m * max(0.0, 2 * ag + rs - window)
+    bucket = ddp_bucket_params(n)
+    bwd = layers[big] * lt.bwd if layout.overlap_grad_reduce else None
+    fwd = layers[big] * lt.fwd if layout.overlap_param_gather else None
     if layout.zero_stage == 0:
-        return max(0.0, collective_time(cluster, group, "allreduce", psi * grad_b) - window)
-    if layout.zero_stage in (1, 2):
-        return max(0.0, rs + ag - window)
-    return num_microbatches(training, layout) * max(0.0, 2 * ag + rs - window)
+        return _bucketed(cluster, group, "allreduce", psi, grad_b, bucket, bwd)
+    grads = _bucketed(cluster, group, "reducescatter", psi, grad_b, bucket, bwd)
+    if layout.zero_stage == 2:
+        grads *= m
+    return grads + _bucketed(cluster, group, "allgather", psi, 2, bucket, fwd)
 
 
 def optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:

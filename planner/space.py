@@ -56,6 +56,8 @@ def layout_problems(
             bad.append(f"(seq_length({s})/cp({cp})) % tp({tp}) = {(s // cp) % tp} != 0 (sequence parallel)")
     if lay.recompute_num_layers is not None and lay.recompute != Recompute.FULL:
         bad.append("recompute_num_layers is only for recompute='full'")
+    if lay.overlap_param_gather and lay.zero_stage == 0:
+        bad.append("overlap_param_gather needs the distributed optimizer (zero_stage >= 1)")
     if pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
     if v > 1:
@@ -154,12 +156,16 @@ class Space:
     allow_idle: bool = False
     """Candidates may leave GPUs idle (tp*pp*dp*cp divides the world size)."""
 
+    framework: str | None = "megatron"
+    """The launch target, which decides the overlaps each candidate runs with (overlaps())."""
+
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
+        grad, param = overlaps(self.framework, shape.pp, zero)
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
                       last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
-                      rank_order=self.rank_order)
+                      rank_order=self.rank_order, overlap_grad_reduce=grad, overlap_param_gather=param)
 
     def size(self) -> int:
         """Number of full candidate layouts."""
@@ -238,6 +244,23 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
         else:
             raise PlannerError(f"unknown constraint {name!r}; known: {', '.join(CONSTRAINT_KEYS)}")
     return out
+
+
+def overlaps(framework: str | None, pp: int, zero: int) -> tuple[bool, bool]:
+    """(overlap_grad_reduce, overlap_param_gather) a searched plan runs with: what the target offers.
+
+    Overlap never costs time in the model (an exposed collective only shrinks), so the search does
+    not branch on it; the emitters turn on exactly these flags.
+    Megatron (and 'any'): --overlap-grad-reduce always, --overlap-param-gather with the distributed
+    optimizer. DeepSpeed: overlap_comm for ZeRO-1/2 without its pipeline engine (the emitter keeps it
+    off with pp > 1); no parameter-gather overlap for ZeRO-1/2. torchtitan: replicate (ZeRO-0) uses
+    PyTorch DDP, whose buckets overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap.
+    """
+    if framework == "deepspeed":
+        return (zero in (1, 2) and pp == 1), False
+    if framework == "torchtitan":
+        return zero == 0, False
+    return True, zero >= 1  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
 
 
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
@@ -364,7 +387,7 @@ def build_space(
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
              for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), splits, recomputes, zeros, order, allow_idle)
+    return Space(tuple(shapes), splits, recomputes, zeros, order, allow_idle, framework)
 
 
 def _shown(rule: Any) -> str:

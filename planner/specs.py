@@ -337,7 +337,8 @@ class Calibration(_Spec):
     tp_comm_exposed: Share
     """Fraction of tensor-parallel communication left on the critical path."""
     dp_overlap: Share
-    """Fraction of the backward pass that data-parallel gradient reduction can hide behind."""
+    """ZeRO-3 / FSDP only: fraction of a micro-batch's compute that hides its parameter gathers and
+    gradient reduce-scatter (prefetch). ZeRO 0-2 overlap follows the Layout's overlap flags instead."""
     hbm_efficiency: Fraction
     """Achieved fraction of peak HBM bandwidth for streaming kernels (STREAM triad)."""
 
@@ -459,6 +460,12 @@ class Layout(_Spec):
     """Layers on the last pipeline stage when uneven (None = even split)."""
     rank_order: Literal["tp-cp-dp-pp", "tp-cp-pp-dp"] = "tp-cp-dp-pp"
     """Rank placement, innermost axis first: Megatron's default, or its --use-tp-pp-dp-mapping."""
+    overlap_grad_reduce: Bool = False
+    """Gradient buckets are reduced during backward as they fill (Megatron --overlap-grad-reduce,
+    DeepSpeed overlap_comm, PyTorch DDP's buckets); off: one collective after backward (Megatron's default)."""
+    overlap_param_gather: Bool = False
+    """With the distributed optimizer (ZeRO-1/2): the updated parameters are all-gathered bucket by
+    bucket during the next forward (Megatron --overlap-param-gather); off: after the optimizer step."""
 
     @property
     def model_parallel(self) -> int:
@@ -484,6 +491,9 @@ class Layout(_Spec):
             parts.append(f"stages={self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}")
         if self.rank_order != "tp-cp-dp-pp":
             parts.append(f"order={self.rank_order}")
+        if self.overlap_grad_reduce or self.overlap_param_gather:
+            parts.append("ov=" + "+".join(x for x, on in (("grad", self.overlap_grad_reduce),
+                                                         ("param", self.overlap_param_gather)) if on))
         return " ".join(parts)
 
 

@@ -209,3 +209,146 @@ def test_invalid_cp_and_sp_rules():
         evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4098), Layout(dp=2, cp=4))
     with pytest.raises(InvalidLayout, match=r"\(seq_length\(4100\)/cp\(1\)\) % tp\(8\) = 4 != 0"):
         evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4100), Layout(tp=8, sequence_parallel=True))
+
+
+# --- data-parallel overlap: Megatron's bucketed mechanism, worked by hand ------------------------
+
+def _flat_h100():
+    """One DGX H100 whose bus bandwidth does not depend on message size (a flat measured curve), so
+    each collective is alpha + f * S / busbw: alpha 25 us, ring busbw 370 GB/s, f = 7/8 for
+    reduce-scatter and all-gather over 8 ranks [nccl-tests PERFORMANCE.md]."""
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    nvl = c.nvlink.model_copy(update={"busbw_curve": [(2**20, 370e9), (2**33, 370e9)]})
+    return c.model_copy(update={"nvlink": nvl})
+
+
+def _rs(nbytes):  # reduce-scatter or all-gather over the 8 GPUs of the node, by hand
+    return 25e-6 + 7 / 8 * nbytes / 370e9
+
+
+def test_megatron_bucket_size_rule():
+    """max(40M, 1M x dp_cp) parameters [Megatron-LM distributed_data_parallel.py]."""
+    from planner.cost import ddp_bucket_params
+    assert ddp_bucket_params(8) == 40_000_000
+    assert ddp_bucket_params(64) == 64_000_000
+    assert ddp_bucket_params(4096) == 4_096_000_000
+
+
+def test_dp_exposed_without_overlap_flags_is_the_whole_collective():
+    """ZeRO-1, no flags: one reduce-scatter of the fp32 grads (4 B/param) after backward and one
+    all-gather of the bf16 weights (2 B/param) after the step, both exposed."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    psi = m.num_params
+    t = dp_time(m, c, tr, Layout(dp=8, zero_stage=1))
+    assert t == pytest.approx(_rs(psi * 4) + _rs(psi * 2), rel=1e-9)
+
+
+def test_dp_exposed_with_overlap_is_the_last_bucket():
+    """With both flags, 8.03B params go out in ceil(psi / 40M) = 201 buckets during one backward
+    (~0.2 s of compute, far more than the ~0.09 s of reduce-scatter), so only the last bucket, the
+    remainder psi - 200 x 40M, is exposed; the same for the all-gather under the next forward."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    psi = m.num_params
+    last = psi - 200 * 40_000_000
+    assert 0 < last < 40_000_000
+    t = dp_time(m, c, tr, Layout(dp=8, zero_stage=1, overlap_grad_reduce=True, overlap_param_gather=True))
+    assert t == pytest.approx(_rs(last * 4) + _rs(last * 2), rel=1e-9)
+    only_grad = dp_time(m, c, tr, Layout(dp=8, zero_stage=1, overlap_grad_reduce=True))
+    assert only_grad == pytest.approx(_rs(last * 4) + _rs(psi * 2), rel=1e-9)
+
+
+def test_zero2_reduces_gradients_in_every_micro_batch():
+    """ZeRO-2 keeps no full gradient buffer, so each of the m = 32 / (8 x 1) = 4 micro-batches
+    reduce-scatters its gradients; the weights are gathered once per step."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096)
+    psi = m.num_params
+    t = dp_time(m, c, tr, Layout(dp=8, zero_stage=2))
+    assert t == pytest.approx(4 * _rs(psi * 4) + _rs(psi * 2), rel=1e-9)
+
+
+def test_zero0_all_reduce_overlapped_with_backward():
+    """Plain DDP: an all-reduce (f = 2 x 7/8); with the flag only the last bucket is exposed."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    c = c.model_copy(update={"nvlink": c.nvlink.model_copy(update={"allreduce_busbw": 370e9})})  # no NVLS gain
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    psi = m.num_params
+    ar = lambda nbytes: 25e-6 + 2 * 7 / 8 * nbytes / 370e9  # noqa: E731
+    assert dp_time(m, c, tr, Layout(dp=8)) == pytest.approx(ar(psi * 4), rel=1e-9)
+    last = psi - 200 * 40_000_000
+    assert dp_time(m, c, tr, Layout(dp=8, overlap_grad_reduce=True)) == pytest.approx(ar(last * 4), rel=1e-9)
+
+
+def test_searched_megatron_plans_emit_exactly_the_overlaps_they_are_priced_with():
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    from planner.search import plan
+    r = plan(m, c, tr, top_k=3, structural=False)
+    for p in [r.best, *r.alternatives]:
+        args = p.to_megatron().args
+        assert ("--overlap-grad-reduce" in args) == p.layout.overlap_grad_reduce
+        assert ("--overlap-param-gather" in args) == p.layout.overlap_param_gather
+        off = p.layout.model_copy(update={"overlap_grad_reduce": False, "overlap_param_gather": False})
+        if p.layout.dp * p.layout.cp > 1 and p.layout.zero_stage < 3:
+            assert evaluate(m, c, tr, off).time.dp_exposed > p.time.dp_exposed  # the flags buy time
+
+
+def test_overlap_param_gather_needs_the_distributed_optimizer():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    probs = layout_problems(m, c, TrainingSpec(global_batch_size=8, seq_length=4096),
+                            Layout(dp=8, overlap_param_gather=True))
+    assert any("overlap_param_gather" in p for p in probs)
+
+
+# --- terms a one-line bug could drop (each against hand arithmetic) ------------------------------
+
+def test_ledger_activations_see_context_parallelism():
+    """Llama-3-8B, seq 8192 over cp 2 = 4096 local tokens, b 1, tp 1, flash, no recompute. By hand
+    [shared/reference/memory.md §2b]: 14 sbh + 6 sb h_kv + 6 sbf + 8 sb + 4 a sb with s = 4096,
+    h = 4096, h_kv = 1024, f = 14336, a = 32: 234,881,024 + 25,165,824 + 352,321,536 + 32,768
+    + 524,288 = 612,925,440 B per layer; 32 layers, one micro-batch in flight (pp 1)."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=4, seq_length=8192)
+    p = evaluate(m, c, tr, Layout(dp=4, cp=2, zero_stage=1))
+    assert p.memory.stages[0].get("activations") == 32 * 612_925_440
+
+
+def test_zero3_gathers_in_every_micro_batch():
+    """ZeRO-3 with m = 32 / 8 = 4 micro-batches, no prefetch overlap: each micro-batch gathers the
+    bf16 weights twice (forward, backward) and reduce-scatters fp32 gradients [ZeRO §7]."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096)
+    psi = m.num_params
+    t = dp_time(m, c, tr, Layout(dp=8, zero_stage=3))
+    assert t == pytest.approx(4 * (2 * _rs(psi * 2) + _rs(psi * 4)), rel=1e-9)
+
+
+def test_interleaved_p2p_is_paid_per_virtual_stage():
+    """pp 2 inside one node, v = 2 chunks: each chunk sends its activation forward and its gradient
+    backward, 2 v sends per micro-batch of 2 b s h = 33,554,432 B, each alpha + S / p2p bandwidth
+    (25 us, 370 GB/s, flat curve)."""
+    from planner.cost import pipeline_time
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    one = 25e-6 + 2 * 4096 * 4096 / 370e9
+    for v in (1, 2):
+        pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4, vpp=v))
+        assert pt.stages[0].p2p == pytest.approx(2 * v * one, rel=1e-9)
+
+
+def test_last_stage_pays_the_logits_gemm():
+    """With a flat GEMM efficiency of 0.5, the last stage's compute exceeds the first's by the
+    output layer: forward 2 tokens h V plus backward twice that, at 0.5 x 989 TFLOP/s
+    (tokens = 4096, h = 4096, V = 128,256)."""
+    from planner.cost import pipeline_time
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"gemm_efficiency": [(1.0, 0.5), (1e6, 0.5)]})})
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4))
+    logits = 3 * 2 * 4096 * 4096 * 128_256 / (0.5 * 989e12)
+    assert pt.stages[1].compute - pt.stages[0].compute == pytest.approx(logits, rel=1e-9)

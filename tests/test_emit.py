@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import planner
+from planner.space import overlaps
 from planner.specs import Layout, TrainingSpec
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -34,15 +35,18 @@ CASES = {
 }
 
 
-def _plan(case):
+def _plan(case, framework="megatron"):
+    """The case's layout with the overlaps a search for `framework` gives it (planner.space.overlaps)."""
     mref, cref, nodes, gbs, seq, layout, _ = CASES[case]
+    grad, param = overlaps(framework, layout.pp, layout.zero_stage)
+    layout = layout.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param})
     return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
                             TrainingSpec(global_batch_size=gbs, seq_length=seq), layout)
 
 
 @pytest.mark.parametrize("case,framework", [(c, f) for c, v in CASES.items() for f in v[-1]])
 def test_golden_files(case, framework, tmp_path):
-    files = getattr(_plan(case), f"to_{framework}")()
+    files = getattr(_plan(case, framework), f"to_{framework}")()
     written = files.write(tmp_path)
     folder = GOLDEN / case / framework
     if os.environ.get("PLANNER_UPDATE_GOLDEN"):
@@ -84,10 +88,10 @@ def test_blackwell_needs_no_cuda_device_max_connections():
 
 
 def test_deepspeed_batch_rule():
-    cfg = _plan("llama2-7b-16xa100-pp").to_deepspeed().config
+    cfg = _plan("llama2-7b-16xa100-pp", "deepspeed").to_deepspeed().config
     # train_batch_size = micro x GAS x DP with DP = world / (tp * pp) = 16 / 4
     assert cfg["train_batch_size"] == cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * 4 == 256
-    assert json.loads(_plan("llama2-7b-16xa100-pp").to_deepspeed().files["ds_config.json"]) == cfg
+    assert json.loads(_plan("llama2-7b-16xa100-pp", "deepspeed").to_deepspeed().files["ds_config.json"]) == cfg
 
 
 @pytest.mark.parametrize("layout,fragment", [

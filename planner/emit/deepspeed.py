@@ -34,6 +34,12 @@ def _check(plan: Plan) -> None:
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"DeepSpeed: recomputing {lay.recompute_num_layers} layers per stage is not emitted "
                            "(only every layer); plan with framework='deepspeed'")
+    if lay.zero_stage < 3 and lay.overlap_param_gather:
+        raise PlannerError("DeepSpeed: ZeRO-1/2 has no parameter all-gather overlap (overlap_param_gather); "
+                           "plan with framework='deepspeed'")
+    if lay.zero_stage < 3 and lay.overlap_grad_reduce and (lay.zero_stage == 0 or lay.pp > 1):
+        raise PlannerError(f"DeepSpeed: overlap_comm is emitted for ZeRO-1/2 without pipeline parallelism only "
+                           f"(zero_stage {lay.zero_stage}, pp {lay.pp}); plan with framework='deepspeed'")
 
 
 def ds_config(plan: Plan) -> dict:
@@ -43,9 +49,9 @@ def ds_config(plan: Plan) -> dict:
     gas = num_microbatches(t, lay)
     zero: dict = {"stage": lay.zero_stage}
     if lay.zero_stage >= 1:
-        zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": lay.pp == 1,
+        zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": lay.overlap_grad_reduce or lay.zero_stage == 3,
                      "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000})
-    if lay.zero_stage == 3:
+    if lay.zero_stage == 3:  # overlap_comm on: DeepSpeed's stage-3 default, priced by calibration.dp_overlap
         zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000})
     cfg = {
         "train_batch_size": t.global_batch_size,

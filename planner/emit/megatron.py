@@ -60,15 +60,17 @@ def megatron_args(plan: Plan) -> list[str]:
     if lay.rank_order == "tp-cp-pp-dp":
         a += ["--use-tp-pp-dp-mapping"]
     if lay.zero_stage == 1:
-        a += ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
+        a += ["--use-distributed-optimizer"]
     elif lay.zero_stage in (2, 3):
         if lay.pp > 1:
             raise PlannerError(f"Megatron: ZeRO-{lay.zero_stage} (Megatron-FSDP) is not emitted with pp({lay.pp}) > 1")
         strategy = "optim_grads" if lay.zero_stage == 2 else "optim_grads_params"
-        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor",
-              "--overlap-grad-reduce", "--overlap-param-gather"]
-    else:
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor"]
+    # exactly the overlaps the plan was priced with (planner.cost.dp_time reads the same fields)
+    if lay.overlap_grad_reduce:
         a += ["--overlap-grad-reduce"]
+    if lay.overlap_param_gather:
+        a += ["--overlap-param-gather"]
     if lay.recompute == Recompute.SELECTIVE:
         a += ["--recompute-granularity", "selective"]
     elif lay.recompute == Recompute.FULL:

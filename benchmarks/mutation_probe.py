@@ -1,0 +1,100 @@
+"""Mutation probe: plant one-line bugs in the cost and memory terms and see which tests catch them.
+
+    python benchmarks/mutation_probe.py [--tests "tests/test_cost.py tests/test_memory.py ..."]
+
+For each planted bug: does the test selection fail, and does the bug change the recommended layout
+of any suite case (planner.plan on a few problems)? A bug that changes a recommendation and passes
+every test is a hole in the tests. The working tree is restored after each mutant (git checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (file, exact text, replacement, what the bug means)
+MUTANTS = [
+    ("planner/memory.py", "kw = dict(tp=t, cp=layout.cp,", "kw = dict(tp=t, cp=1,", "CP ignored in the ledger's activations"),
+    ("planner/memory.py", "shard = layout.dp * layout.cp  #", "shard = layout.dp  #", "ZeRO shards over dp only"),
+    ("planner/memory.py", "return float(min(p - stage, m))", "return float(min(p, m))", "1F1B in-flight count"),
+    ("planner/memory.py", "saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t",
+     "saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / (2 * t)", "logits memory halved"),
+    ("planner/memory.py", 'grad_bytes = 2 if grad_dtype == "bf16" else 4', "grad_bytes = 2", "fp32 grads priced as bf16"),
+    ("planner/cost.py", "return m * max(0.0, 2 * ag + rs - window)", "return max(0.0, 2 * ag + rs - window)",
+     "ZeRO-3 gathers once per step"),
+    ("planner/cost.py", "p2p = 2 * v * p2p_time(", "p2p = 2 * p2p_time(", "interleaved p2p not multiplied by v"),
+    ("planner/cost.py", "(logits if i == p - 1 else 0.0)", "0.0", "last stage's logits GEMM dropped"),
+    ("planner/cost.py", "return (len(self.stages) - 1) / self.vpp * self.slowest.total",
+     "return (len(self.stages) - 1) * self.slowest.total", "bubble ignores interleaving"),
+    ("planner/cost.py", "rc = n * lt.attn_fwd", "rc = 0.0", "selective recompute free"),
+    ("planner/cost.py", "rc = n_rc * (lt.fwd + lt.tp_fwd)", "rc = n_rc * lt.fwd", "full recompute skips TP comm"),
+    ("planner/cost.py", "tp_fwd = tp_bwd = 2 * one * cal.tp_comm_exposed", "tp_fwd = tp_bwd = one * cal.tp_comm_exposed",
+     "one TP collective per layer instead of two"),
+    ("planner/cost.py", "        grads *= m\n", "", "ZeRO-2 reduces once per step"),
+    ("planner/cost.py", "return max(t_last, total - window)", "return max(0.0, total - window)",
+     "the last gradient bucket hidden too"),
+    ("planner/cost.py", "cp_fwd = (cp - 1) * max(0.0, step - attn_step)", "cp_fwd = 0.0", "CP ring forward free"),
+    ("planner/comm.py", 'factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n',
+     "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
+]
+
+CASES = [  # (model, cluster, nodes, gbs, seq)
+    ("llama3-8b", "dgx-h100", 1, 64, 4096),
+    ("llama3-70b", "dgx-h100", 8, 512, 8192),
+    ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048),
+    ("llama3-70b", "dgx-h100", 8, 64, 32768),
+]
+
+RECOMMEND = """
+import json, planner
+out = []
+for m, c, n, g, s in {cases}:
+    r = planner.plan(planner.load_model(m), planner.load_cluster(c, nodes=n),
+                     planner.TrainingSpec(global_batch_size=g, seq_length=s), top_k=1, structural=False,
+                     time_limit_s=60)
+    out.append(r.best.layout.short() if r.best else r.status)
+print(json.dumps(out))
+"""
+
+
+def recommendations() -> list[str]:
+    done = subprocess.run([sys.executable, "-c", RECOMMEND.format(cases=CASES)], cwd=ROOT, capture_output=True,
+                          text=True)
+    return json.loads(done.stdout) if done.returncode == 0 else ["error: " + done.stderr.strip().splitlines()[-1]]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_fidelity.py")
+    args = ap.parse_args(argv)
+    base = recommendations()
+    holes = 0
+    print(f"{'planted bug':45s} {'tests':>7s} {'changes a recommendation':>25s}")
+    for path, old, new, what in MUTANTS:
+        f = ROOT / path
+        text = f.read_text()
+        if old not in text:
+            print(f"{what:45s} {'(text not found: probe out of date)':>33s}")
+            holes += 1
+            continue
+        f.write_text(text.replace(old, new, 1))
+        try:
+            tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                                    *args.tests.split()], cwd=ROOT, capture_output=True, text=True)
+            caught = tests.returncode != 0
+            changed = recommendations() != base
+        finally:
+            f.write_text(text)
+        holes += changed and not caught
+        print(f"{what:45s} {'caught' if caught else 'MISSED':>7s} {'yes' if changed else 'no':>25s}")
+    print(f"\n{len(MUTANTS)} planted bugs; holes (a changed recommendation no test catches): {holes}")
+    return 1 if holes else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
