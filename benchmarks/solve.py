@@ -1,4 +1,4 @@
-"""Search scaling: CP-SAT solve time against the exhaustive enumerator, 1B on 8 GPUs to 1T on 32768.
+"""Search scaling: CP-SAT solve time against the exhaustive enumerator, 1B on 8 GPUs to 70B on 144,000.
 
     python benchmarks/solve.py [--enumerate-limit N]
 
@@ -33,6 +33,9 @@ CASES = [
     ("llama3.1-405b", "dgx-h100", 2048, 2048, 8192),
     ("llama3.1-405b", "dgx-h100", 2048, 128, 131072),
     ("megatron-gpt-1t", "dgx-h100", 4096, 4096, 2048),
+    # scale: 131,072 and 144,000 GPUs (linear-time topology; the time limit bounds the whole call)
+    ("llama3-8b", "dgx-h100", 16384, 16384, 8192),
+    ("llama3-70b", "gb200-nvl72", 36000, 9000, 8192),
 ]
 
 

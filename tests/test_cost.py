@@ -352,3 +352,32 @@ def test_last_stage_pays_the_logits_gemm():
     pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4))
     logits = 3 * 2 * 4096 * 4096 * 128_256 / (0.5 * 989e12)
     assert pt.stages[1].compute - pt.stages[0].compute == pytest.approx(logits, rel=1e-9)
+
+
+def test_selective_recompute_pays_the_attention_core_again():
+    """Selective recompute re-runs QK^T / softmax / PV forward in backward [Korthikanti22 §5].
+    Llama-3-8B, b 1, s 4096, flash (causal half of 4 b s^2 a d = 4 x 4096^2 x 4096 FLOPs) at the
+    measured FlashAttention-2 efficiency 0.332 of 989 TFLOP/s, for each of the 32 layers."""
+    from planner.cost import pipeline_time
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    per_layer = 4 * 4096 * 4096 * 4096 / 2 / (989e12 * 0.332)
+    pt = pipeline_time(m, c, tr, Layout(dp=8, recompute="selective"))
+    assert pt.stages[0].recompute == pytest.approx(32 * per_layer, rel=1e-9)
+    assert pipeline_time(m, c, tr, Layout(dp=8)).stages[0].recompute == 0.0
+
+
+def test_cp_ring_exposes_what_attention_cannot_hide():
+    """CP 2 on a (deliberately) slow 1 GB/s peer link: each ring step sends the rank's K and V,
+    2 x 2 B x (s / cp) x h_kv = 4 x 16384 x 1024 B, in 25 us + S / 1 GB/s, beside the attention of
+    the resident block (causal half of 4 (s/cp) s a d FLOPs, / cp, at 0.332 x 989 TFLOP/s)."""
+    from planner.cost import pipeline_time
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    nvl = c.nvlink.model_copy(update={"p2p_bandwidth": 1e9, "busbw_curve": [(2**20, 370e9), (2**33, 370e9)]})
+    c = c.model_copy(update={"nvlink": nvl})
+    tr = TrainingSpec(global_batch_size=4, seq_length=32768)
+    step = 25e-6 + 4 * 16384 * 1024 / 1e9
+    attn_step = 4 * 16384 * 32768 * 4096 / 2 / (989e12 * 0.332) / 2
+    pt = pipeline_time(m, c, tr, Layout(dp=4, cp=2))
+    fwd, bwd = step - attn_step, 2 * step - 2.5 * attn_step  # backward moves K/V and dK/dV
+    assert pt.stages[0].cp_comm == pytest.approx(32 * (fwd + bwd), rel=1e-9)
