@@ -127,7 +127,10 @@ def load_runs(path: Path = RUNS_PATH) -> list[Run]:
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=par.get("vpp") or 1,
                         sequence_parallel=bool(par.get("sequence_parallel")) and tp > 1,
-                        overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap)
+                        overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap,
+                        # 2021 Megatron (SC21) predates overlap_p2p_comm: its interleaved sends were exposed
+                        overlap_p2p=False if "2021 Megatron" in str(r.get("sharding")) and (par.get("vpp") or 1) > 1
+                        else None)
         mem = r["measured"].get("peak_mem_gib")
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, tokens,
                         mem * 2**30 if isinstance(mem, (int, float)) else None, oom))

@@ -218,13 +218,17 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     layers = stage_layers(model, layout)
     # logits GEMM forward + 2x backward on the last stage; the loss is negligible beside it
     logits = 3 * _gemm_time(cluster, [2 * tokens * model.hidden_size * model.vocab_size / tp])
-    p2p = 0.0
+    send = 0.0
     if p > 1:  # one activation send forward and one gradient send backward per chunk [Narayanan21 §4.1]
-        # ASSUMPTION: sends are not hidden behind compute (Megatron overlaps only part of them).
         act = 2 * tokens * model.hidden_size / (tp if layout.sequence_parallel else 1)
-        p2p = 2 * v * p2p_time(cluster, group_placement(cluster, layout, "pp").tier, act)
+        send = p2p_time(cluster, group_placement(cluster, layout, "pp").tier, act)
     stages = []
     for i, n in enumerate(layers):
+        # 1F1B: every send is exposed (Megatron cannot overlap p2p without interleaving). Interleaved
+        # with overlap_p2p (Megatron's default): each send runs beside the next chunk's forward
+        # [megatron-core 0.19.2 pipeline_parallel/schedules.py, overlap_p2p_comm], exposing the excess.
+        hidden = (n / v) * lt.fwd if layout.p2p_overlapped else 0.0
+        p2p = 2 * v * max(0.0, send - hidden)
         compute = n * (lt.fwd + lt.bwd) + (logits if i == p - 1 else 0.0)
         if layout.recompute == Recompute.SELECTIVE:
             rc = n * lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
@@ -233,8 +237,7 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             rc = n_rc * (lt.fwd + lt.tp_fwd)  # a whole extra forward, TP collectives included
         else:
             rc = 0.0
-        stages.append(StageTime(i, n, compute, rc, n * (lt.tp_fwd + lt.tp_bwd), n * (lt.cp_fwd + lt.cp_bwd),
-                                p2p if p > 1 else 0.0))
+        stages.append(StageTime(i, n, compute, rc, n * (lt.tp_fwd + lt.tp_bwd), n * (lt.cp_fwd + lt.cp_bwd), p2p))
     return PipelineTime(tuple(stages), m, v)
 
 

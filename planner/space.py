@@ -58,6 +58,8 @@ def layout_problems(
         bad.append("recompute_num_layers is only for recompute='full'")
     if lay.overlap_param_gather and lay.zero_stage == 0:
         bad.append("overlap_param_gather needs the distributed optimizer (zero_stage >= 1)")
+    if lay.overlap_p2p and lay.vpp == 1:
+        bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     if pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
     if v > 1:
@@ -161,11 +163,12 @@ class Space:
 
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
-        grad, param = overlaps(self.framework, shape.pp, zero)
+        grad, param, p2p = overlaps(self.framework, shape.pp, zero, shape.vpp)
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
                       last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
-                      rank_order=self.rank_order, overlap_grad_reduce=grad, overlap_param_gather=param)
+                      rank_order=self.rank_order, overlap_grad_reduce=grad, overlap_param_gather=param,
+                      overlap_p2p=p2p)
 
     def size(self) -> int:
         """Number of full candidate layouts."""
@@ -246,21 +249,24 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def overlaps(framework: str | None, pp: int, zero: int) -> tuple[bool, bool]:
-    """(overlap_grad_reduce, overlap_param_gather) a searched plan runs with: what the target offers.
+def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1) -> tuple[bool, bool, bool | None]:
+    """(overlap_grad_reduce, overlap_param_gather, overlap_p2p) a searched plan runs with: what the
+    target offers (overlap_p2p None = Megatron's default: on with interleaving).
 
     Overlap never costs time in the model (an exposed collective only shrinks), so the search does
     not branch on it; the emitters turn on exactly these flags.
     Megatron (and 'any'): --overlap-grad-reduce always, --overlap-param-gather with the distributed
-    optimizer. DeepSpeed: overlap_comm for ZeRO-1/2 without its pipeline engine (the emitter keeps it
-    off with pp > 1); no parameter-gather overlap for ZeRO-1/2. torchtitan: replicate (ZeRO-0) uses
-    PyTorch DDP, whose buckets overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap.
+    optimizer, and p2p overlap for interleaving (its default). DeepSpeed: overlap_comm for ZeRO-1/2
+    without its pipeline engine (the emitter keeps it off with pp > 1); no parameter-gather overlap
+    for ZeRO-1/2; no interleaving. torchtitan: replicate (ZeRO-0) uses PyTorch DDP, whose buckets
+    overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap; its interleaved schedule
+    (torch.distributed.pipelining) batches p2p between chunks rather than overlapping it.
     """
     if framework == "deepspeed":
-        return (zero in (1, 2) and pp == 1), False
+        return (zero in (1, 2) and pp == 1), False, None
     if framework == "torchtitan":
-        return zero == 0, False
-    return True, zero >= 1  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
+        return zero == 0, False, (False if vpp > 1 else None)
+    return True, zero >= 1, None  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
 
 
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:

@@ -466,6 +466,15 @@ class Layout(_Spec):
     overlap_param_gather: Bool = False
     """With the distributed optimizer (ZeRO-1/2): the updated parameters are all-gathered bucket by
     bucket during the next forward (Megatron --overlap-param-gather); off: after the optimizer step."""
+    overlap_p2p: Bool | None = None
+    """Interleaved 1F1B: pipeline sends and receives run beside the next chunk's compute. None is
+    Megatron's default (megatron-core 0.19.2 arguments.py: on for interleaved schedules, which
+    --no-overlap-p2p-communication turns off; forced off without interleaving)."""
+
+    @property
+    def p2p_overlapped(self) -> bool:
+        """Whether pipeline p2p overlaps compute: only with interleaving, on unless turned off."""
+        return self.vpp > 1 and self.overlap_p2p is not False
 
     @property
     def model_parallel(self) -> int:
@@ -491,6 +500,8 @@ class Layout(_Spec):
             parts.append(f"stages={self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}")
         if self.rank_order != "tp-cp-dp-pp":
             parts.append(f"order={self.rank_order}")
+        if self.vpp > 1 and not self.p2p_overlapped:
+            parts.append("p2p=exposed")
         if self.overlap_grad_reduce or self.overlap_param_gather:
             parts.append("ov=" + "+".join(x for x, on in (("grad", self.overlap_grad_reduce),
                                                          ("param", self.overlap_param_gather)) if on))

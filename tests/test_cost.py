@@ -336,8 +336,33 @@ def test_interleaved_p2p_is_paid_per_virtual_stage():
     tr = TrainingSpec(global_batch_size=8, seq_length=4096)
     one = 25e-6 + 2 * 4096 * 4096 / 370e9
     for v in (1, 2):
-        pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4, vpp=v))
+        pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4, vpp=v, overlap_p2p=False if v > 1 else None))
         assert pt.stages[0].p2p == pytest.approx(2 * v * one, rel=1e-9)
+
+
+def test_interleaved_p2p_overlaps_the_next_chunk_by_default():
+    """megatron-core 0.19.2 overlaps interleaved p2p by default: each send runs beside the next
+    chunk's forward and only the excess is exposed. On a 1 GB/s peer link (a send of 33,554,432 B
+    takes 25 us + 33.6 ms) with a flat GEMM efficiency of 0.5, one layer's forward by hand is
+    GEMMs 2 s h (a d + 2 h_kv) + 2 s (a d) h + 2 s h 2f + 2 s f h at 0.5 x 989 TFLOP/s, attention
+    (causal half of 4 s^2 a d) at 0.332 x 989 TFLOP/s, and 8 x 2 s h bytes at 0.89 x 3.35 TB/s;
+    a chunk is 16 / 2 = 8 layers (s = 4096, h = a d = 4096, h_kv = 1024, f = 14336)."""
+    from planner.cost import pipeline_time
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    c = c.model_copy(update={
+        "nvlink": c.nvlink.model_copy(update={"p2p_bandwidth": 1e9, "busbw_curve": [(2**20, 370e9), (2**33, 370e9)]}),
+        "calibration": c.calibration.model_copy(update={"gemm_efficiency": [(1.0, 0.5), (1e6, 0.5)]})})
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    s, h, hkv, f = 4096, 4096, 1024, 14336
+    gemm = (2 * s * h * (h + 2 * hkv) + 2 * s * h * h + 2 * s * h * 2 * f + 2 * s * f * h) / (0.5 * 989e12)
+    attn = 4 * s * s * h / 2 / (0.332 * 989e12)
+    elem = 8 * 2 * s * h / (0.89 * 3350e9)
+    chunk = 8 * (gemm + attn + elem)
+    send = 25e-6 + 2 * s * h / 1e9
+    pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4, vpp=2))
+    assert pt.stages[0].p2p == pytest.approx(2 * 2 * (send - chunk), rel=1e-9)
+    assert send > chunk > 0
 
 
 def test_last_stage_pays_the_logits_gemm():

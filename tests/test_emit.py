@@ -38,8 +38,8 @@ CASES = {
 def _plan(case, framework="megatron"):
     """The case's layout with the overlaps a search for `framework` gives it (planner.space.overlaps)."""
     mref, cref, nodes, gbs, seq, layout, _ = CASES[case]
-    grad, param = overlaps(framework, layout.pp, layout.zero_stage)
-    layout = layout.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param})
+    grad, param, p2p = overlaps(framework, layout.pp, layout.zero_stage, layout.vpp)
+    layout = layout.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p})
     return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
                             TrainingSpec(global_batch_size=gbs, seq_length=seq), layout)
 
@@ -115,7 +115,7 @@ def test_partial_recompute_only_for_megatron():
 
 
 def test_torchtitan_overrides():
-    args = _plan("llama3-70b-64xh100-titan").to_torchtitan().args
+    args = _plan("llama3-70b-64xh100-titan", "torchtitan").to_torchtitan().args
     flag = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("--") and not args[i + 1].startswith("--")}
     assert flag["--parallelism.pipeline_parallel_schedule"] == "Interleaved1F1B"
     assert flag["--parallelism.pipeline_parallel_layers_per_stage"] == "4"  # 80 / (4 x 5)

@@ -51,6 +51,10 @@ def megatron_args(plan: Plan) -> list[str]:
     ]
     if lay.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
+        if not lay.p2p_overlapped:  # on by default for interleaving; priced exposed when turned off
+            if lay.pp == 2:
+                raise PlannerError("Megatron: interleaving without p2p overlap needs pp > 2 (validate_args)")
+            a += ["--no-overlap-p2p-communication"]
     if lay.first_stage_layers is not None:
         a += ["--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)]
     if lay.last_stage_layers is not None:

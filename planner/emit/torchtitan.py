@@ -29,6 +29,9 @@ def _check(plan: Plan) -> None:
         raise PlannerError("torchtitan: uneven first/last stage layer counts are not emitted")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"torchtitan: recomputing {lay.recompute_num_layers} layers per stage is not emitted")
+    if lay.p2p_overlapped:
+        raise PlannerError("torchtitan: its interleaved schedule does not overlap p2p with compute "
+                           "(overlap_p2p); plan with framework='torchtitan'")
     if lay.overlap_param_gather or (lay.zero_stage == 0 and lay.dp > 1 and not lay.overlap_grad_reduce):
         raise PlannerError("torchtitan: its data parallelism always overlaps gradient reduction (DDP buckets) and "
                            "has no ZeRO-1/2 parameter gather; plan with framework='torchtitan'")
