@@ -117,16 +117,17 @@ class LayerTime:
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> LayerTime:
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
-                          layout.sequence_parallel)  # tp and cp are the two innermost axes in either rank order
+                          layout.sequence_parallel, layout.tp_comm_overlap)  # tp, cp: the innermost axes either way
 
 
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
-                   sequence_parallel: bool) -> LayerTime:
+                   sequence_parallel: bool, tp_comm_overlap: bool = False) -> LayerTime:
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
-    gemm = _gemm_time(cluster, layer_gemm_flops(model, tokens, tp))
+    gemm_each = [_gemm_time(cluster, [f]) for f in layer_gemm_flops(model, tokens, tp)]  # QKV, proj, FC1, FC2
+    gemm = sum(gemm_each)
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
     attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
@@ -147,10 +148,13 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         group = placement(cluster, (tp, 1))
         nbytes = 2 * tokens * model.hidden_size
         if sequence_parallel:
-            one = collective_time(cluster, group, "allgather", nbytes) + collective_time(cluster, group, "reducescatter", nbytes)
+            ag = collective_time(cluster, group, "allgather", nbytes)
+            rs = collective_time(cluster, group, "reducescatter", nbytes)
+            tp_fwd = tp_bwd = 2 * (ag + rs) * cal.tp_comm_exposed
         else:
-            one = collective_time(cluster, group, "allreduce", nbytes)
-        tp_fwd = tp_bwd = 2 * one * cal.tp_comm_exposed
+            tp_fwd = tp_bwd = 2 * collective_time(cluster, group, "allreduce", nbytes) * cal.tp_comm_exposed
+        if tp_comm_overlap:
+            tp_fwd, tp_bwd = _tp_overlap_exposed(gpu, gemm_each, ag, rs)
     # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
     # the resident block; backward moves K/V and dK/dV [MegatronCP], [HwRef §4.7].
     cp_fwd = cp_bwd = 0.0
@@ -162,6 +166,34 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
         cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
     return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd)
+
+
+UB_SMS = 16
+"""SMs a Transformer Engine userbuffers kernel reserves for pipelined and bulk overlaps (add_ub's
+num_sm default; ring exchange uses 1) [TransformerEngine pytorch/module/base.py: initialize_ub]."""
+UB_PIPELINE_SPLITS = 4
+"""Chunks a pipelined reduce-scatter overlap splits its GEMM into (the last chunk's RS is exposed)."""
+
+
+def _tp_overlap_exposed(gpu, gemms: list[float], ag: float, rs: float) -> tuple[float, float]:
+    """Forward and backward TP seconds per layer under --tp-comm-overlap (Transformer Engine).
+
+    TE pairs each sequence-parallel collective with a GEMM [initialize_ub's method map]: forward,
+    the all-gathers run beside the QKV and FC1 GEMMs (ring exchange: max(0, AG - GEMM)) and the
+    reduce-scatters beside proj and FC2 (pipelined in 4 chunks: at least RS/4 shows); backward,
+    the all-gathers beside the proj and FC2 dgrad GEMMs (ring exchange) and the QKV / FC1 dgrad
+    reduce-scatters beside their wgrad GEMMs (bulk). dgrad and wgrad GEMMs have the forward
+    GEMM's FLOPs. Pipelined and bulk overlaps take UB_SMS of the GPU's SMs from the GEMM they run
+    beside (the QKV / FC1 dgrad GEMMs too, which the bulk all-gather of their input shares).
+    """
+    qkv, proj, fc1, fc2 = gemms
+    share = UB_SMS / gpu.sm_count if gpu.sm_count else 0.0  # GEMM slowdown while 16 SMs communicate
+    fwd = (max(0.0, ag - qkv) + max(0.0, ag - fc1)
+           + max(rs / UB_PIPELINE_SPLITS, rs - proj) + max(rs / UB_PIPELINE_SPLITS, rs - fc2)
+           + share * (proj + fc2))
+    bwd = (max(0.0, ag - proj) + max(0.0, ag - fc2) + max(0.0, rs - qkv) + max(0.0, rs - fc1)
+           + share * 2 * (qkv + fc1))  # wgrad GEMMs beside the RS, dgrad GEMMs beside the input AG
+    return fwd, bwd
 
 
 @dataclass(frozen=True)

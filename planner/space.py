@@ -58,6 +58,8 @@ def layout_problems(
         bad.append("recompute_num_layers is only for recompute='full'")
     if lay.overlap_param_gather and lay.zero_stage == 0:
         bad.append("overlap_param_gather needs the distributed optimizer (zero_stage >= 1)")
+    if lay.tp_comm_overlap and not (lay.sequence_parallel and tp > 1):
+        bad.append("tp_comm_overlap needs sequence_parallel with tp > 1 (Megatron validate_args)")
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     if pipeline_split:
@@ -164,11 +166,12 @@ class Space:
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
         grad, param, p2p = overlaps(self.framework, shape.pp, zero, shape.vpp)
+        tp_overlap = shape.sp and self.framework in (None, "any", "megatron")  # Megatron/TE only
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
                       last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
                       rank_order=self.rank_order, overlap_grad_reduce=grad, overlap_param_gather=param,
-                      overlap_p2p=p2p)
+                      overlap_p2p=p2p, tp_comm_overlap=tp_overlap)
 
     def size(self) -> int:
         """Number of full candidate layouts."""

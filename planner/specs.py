@@ -287,6 +287,9 @@ class GpuSpec(_Spec):
     hbm_bandwidth: BytesPerS
     """Peak HBM bandwidth, bytes/s."""
     arch: _count(12, lo=7)
+    sm_count: _count(1024) | None = None
+    """Streaming multiprocessors (compute units on AMD): prices kernels that reserve some of them,
+    e.g. Transformer Engine's communication kernels under --tp-comm-overlap."""
     """Compute-capability major version (8 Ampere, 9 Hopper, 10 Blackwell)."""
 
 
@@ -466,6 +469,9 @@ class Layout(_Spec):
     overlap_param_gather: Bool = False
     """With the distributed optimizer (ZeRO-1/2): the updated parameters are all-gathered bucket by
     bucket during the next forward (Megatron --overlap-param-gather); off: after the optimizer step."""
+    tp_comm_overlap: Bool = False
+    """Megatron --tp-comm-overlap (Transformer Engine userbuffers, needs sequence parallelism): each
+    sequence-parallel all-gather / reduce-scatter runs beside the GEMM it feeds or follows."""
     overlap_p2p: Bool | None = None
     """Interleaved 1F1B: pipeline sends and receives run beside the next chunk's compute. None is
     Megatron's default (megatron-core 0.19.2 arguments.py: on for interleaved schedules, which
@@ -502,8 +508,8 @@ class Layout(_Spec):
             parts.append(f"order={self.rank_order}")
         if self.vpp > 1 and not self.p2p_overlapped:
             parts.append("p2p=exposed")
-        if self.overlap_grad_reduce or self.overlap_param_gather:
-            parts.append("ov=" + "+".join(x for x, on in (("grad", self.overlap_grad_reduce),
+        if self.overlap_grad_reduce or self.overlap_param_gather or self.tp_comm_overlap:
+            parts.append("ov=" + "+".join(x for x, on in (("tp", self.tp_comm_overlap), ("grad", self.overlap_grad_reduce),
                                                          ("param", self.overlap_param_gather)) if on))
         return " ".join(parts)
 

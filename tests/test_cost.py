@@ -406,3 +406,38 @@ def test_cp_ring_exposes_what_attention_cannot_hide():
     pt = pipeline_time(m, c, tr, Layout(dp=4, cp=2))
     fwd, bwd = step - attn_step, 2 * step - 2.5 * attn_step  # backward moves K/V and dK/dV
     assert pt.stages[0].cp_comm == pytest.approx(32 * (fwd + bwd), rel=1e-9)
+
+
+def test_tp_comm_overlap_hides_each_collective_behind_its_gemm():
+    """Llama-3-8B, tp 2 with sequence parallelism, b 1, s 4096, flat GEMM efficiency 0.5, flat bus
+    bandwidth: each SP all-gather / reduce-scatter of 2 s h bytes over 2 GPUs takes 25 us +
+    1/2 x 33,554,432 B / 370 GB/s. Exposed: without overlap 2 (AG + RS) per direction; with
+    --tp-comm-overlap, TE's pairs: forward AG-QKV and AG-FC1 (ring exchange, max(0, AG - GEMM)),
+    RS-proj and RS-FC2 (pipelined in 4: max(RS/4, RS - GEMM)); backward AG-proj, AG-FC2 (ring),
+    RS-QKV, RS-FC1 (bulk, beside the wgrad GEMMs); pipelined and bulk kernels take 16 of the 132
+    SMs from the GEMMs they run beside (proj, FC2 forward; QKV and FC1 dgrad and wgrad backward).
+    GEMMs of 2 s h (a d + 2 h_kv)/2, 2 s h^2/2, 2 s h 2f/2 and 2 s f h/2 FLOPs at 0.5 x 989 TFLOP/s."""
+    from planner.cost import pipeline_time
+    m = planner.load_model("llama3-8b")
+    c = _flat_h100()
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"gemm_efficiency": [(1.0, 0.5), (1e6, 0.5)]})})
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    s, h, hkv, f = 4096, 4096, 1024, 14336
+    coll = 25e-6 + 0.5 * 2 * s * h / 370e9
+    g = [x / 2 / (0.5 * 989e12) for x in (2 * s * h * (h + 2 * hkv), 2 * s * h * h, 2 * s * h * 2 * f, 2 * s * f * h)]
+    plain = pipeline_time(m, c, tr, Layout(tp=2, dp=4, sequence_parallel=True)).stages[0].tp_comm
+    assert plain == pytest.approx(32 * 2 * (2 * 2 * coll), rel=1e-9)
+    over = pipeline_time(m, c, tr, Layout(tp=2, dp=4, sequence_parallel=True, tp_comm_overlap=True)).stages[0].tp_comm
+    fwd = (max(0.0, coll - g[0]) + max(0.0, coll - g[2]) + max(coll / 4, coll - g[1]) + max(coll / 4, coll - g[3])
+           + 16 / 132 * (g[1] + g[3]))
+    bwd = max(0.0, coll - g[1]) + max(0.0, coll - g[3]) + max(0.0, coll - g[0]) + max(0.0, coll - g[2]) \
+        + 16 / 132 * 2 * (g[0] + g[2])
+    assert over == pytest.approx(32 * (fwd + bwd), rel=1e-9)
+    assert over < plain
+
+
+def test_tp_comm_overlap_needs_sequence_parallel():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    probs = layout_problems(m, c, TrainingSpec(global_batch_size=8, seq_length=4096),
+                            Layout(tp=2, dp=4, tp_comm_overlap=True))
+    assert any("tp_comm_overlap" in p for p in probs)

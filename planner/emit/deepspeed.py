@@ -34,6 +34,9 @@ def _check(plan: Plan) -> None:
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"DeepSpeed: recomputing {lay.recompute_num_layers} layers per stage is not emitted "
                            "(only every layer); plan with framework='deepspeed'")
+    if lay.tp_comm_overlap:
+        raise PlannerError("DeepSpeed: Megatron-DeepSpeed has no TE userbuffers TP overlap (tp_comm_overlap); "
+                           "plan with framework='deepspeed'")
     if lay.zero_stage < 3 and lay.overlap_param_gather:
         raise PlannerError("DeepSpeed: ZeRO-1/2 has no parameter all-gather overlap (overlap_param_gather); "
                            "plan with framework='deepspeed'")

@@ -61,6 +61,8 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)]
     if lay.sequence_parallel and lay.tp > 1:
         a += ["--sequence-parallel"]
+    if lay.tp_comm_overlap:  # Transformer Engine userbuffers; priced by planner.cost (overlapped pairs)
+        a += ["--tp-comm-overlap"]
     if lay.rank_order == "tp-cp-pp-dp":
         a += ["--use-tp-pp-dp-mapping"]
     if lay.zero_stage == 1:

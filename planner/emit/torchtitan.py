@@ -29,6 +29,9 @@ def _check(plan: Plan) -> None:
         raise PlannerError("torchtitan: uneven first/last stage layer counts are not emitted")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"torchtitan: recomputing {lay.recompute_num_layers} layers per stage is not emitted")
+    if lay.tp_comm_overlap:
+        raise PlannerError("torchtitan: tp_comm_overlap is Megatron/TE's; torchtitan's async TP is not emitted; "
+                           "plan with framework='torchtitan'")
     if lay.p2p_overlapped:
         raise PlannerError("torchtitan: its interleaved schedule does not overlap p2p with compute "
                            "(overlap_p2p); plan with framework='torchtitan'")
