@@ -16,7 +16,7 @@ import numpy as np
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
-__all__ = ["busbw", "collective_time", "p2p_time", "OPS"]
+__all__ = ["busbw", "collective_time", "latency", "p2p_time", "OPS"]
 
 OPS = ("allreduce", "allgather", "reducescatter")
 
@@ -56,10 +56,32 @@ def busbw(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -
     return peak * _size_fraction(cluster, nbytes)
 
 
+NCCL_NET_RING_HOP_S = 9.6e-6
+NCCL_NET_TREE_HOP_S = 28e-6
+# NCCL's latency model (src/graph/tuning.cc, Simple protocol, [HwRef §2.4]): each inter-node step
+# of a ring adds hwLat[NET][Ring] = 9.6 us; a tree all-reduce crosses 2 log2(nodes) levels at
+# hwLat[NET][Tree] = 28 us (the newer constants, NVIDIA/nccl#1334); NCCL picks the faster.
+
+
+def latency(cluster: ClusterSpec, group: GroupPlacement, op: str) -> float:
+    """Alpha of one collective: the tier's latency, plus NCCL's per-hop latency for every further
+    inter-node step. A ring all-gather / reduce-scatter crosses nodes (nodes - 1) times, a ring
+    all-reduce 2 (nodes - 1) times, a tree all-reduce 2 log2(nodes) times; the first crossing is
+    the tier's own latency (ScaleOut.latency)."""
+    if group.tier == "nvlink":
+        return cluster.nvlink.latency
+    base, nodes = cluster.scaleout.latency, max(2, group.nodes)
+    steps = (2 if op == "allreduce" else 1) * (nodes - 1)
+    ring = base + (steps - 1) * NCCL_NET_RING_HOP_S
+    if op != "allreduce":
+        return ring
+    return min(ring, base + (2 * math.log2(nodes) - 1) * NCCL_NET_TREE_HOP_S)
+
+
 def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -> float:
     """Seconds for one collective over `group` on an array of `nbytes` (the full, unsharded size).
 
-    Reference: [NCCLTests] t = S / algbw, algbw = busbw / f_op(n); plus the tier's latency alpha.
+    Reference: [NCCLTests] t = S / algbw, algbw = busbw / f_op(n); plus latency() (alpha).
     """
     n = group.size
     if n <= 1 or nbytes <= 0:
@@ -67,8 +89,7 @@ def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}")
     factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
-    alpha = cluster.nvlink.latency if group.tier == "nvlink" else cluster.scaleout.latency
-    return alpha + factor * nbytes / busbw(cluster, group, op, nbytes)
+    return latency(cluster, group, op) + factor * nbytes / busbw(cluster, group, op, nbytes)
 
 
 def p2p_time(cluster: ClusterSpec, tier: str, nbytes: float) -> float:

@@ -65,6 +65,8 @@ class GroupPlacement:
     """Members of the group on the same node (they share that node's NICs)."""
     nics_per_gpu: float
     """Share of the node's NICs each member can drive (concurrent groups use the others)."""
+    nodes: int = 1
+    """Nodes the group spans."""
 
 
 def group_placement(cluster: ClusterSpec, layout: Layout, axis: str) -> GroupPlacement:
@@ -100,7 +102,7 @@ def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, axes) -> GroupPla
         return GroupPlacement(1, "local", 1, nics / gpn)
     last = max(members)
     if last >= world:  # layout larger than the cluster: price it as crossing the fabric
-        return GroupPlacement(size, "scaleout", 1, nics / gpn)
+        return GroupPlacement(size, "scaleout", 1, nics / gpn, size)
     tier = "nvlink" if last // domain == 0 else "scaleout"
-    per_node = max(Counter(m // gpn for m in members).values())
-    return GroupPlacement(size, tier, per_node, nics / gpn)
+    per_node = Counter(m // gpn for m in members)
+    return GroupPlacement(size, tier, max(per_node.values()), nics / gpn, len(per_node))

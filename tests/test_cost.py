@@ -441,3 +441,18 @@ def test_tp_comm_overlap_needs_sequence_parallel():
     probs = layout_problems(m, c, TrainingSpec(global_batch_size=8, seq_length=4096),
                             Layout(tp=2, dp=4, tp_comm_overlap=True))
     assert any("tp_comm_overlap" in p for p in probs)
+
+
+def test_scaleout_latency_grows_with_the_nodes_a_group_spans():
+    """NCCL tuning.cc (Simple): a ring reduce-scatter over 64 nodes makes 63 inter-node steps, the
+    first at the scale-out latency (20 us) and 62 more at 9.6 us; an all-reduce over 64 nodes picks
+    the tree, 2 log2(64) = 12 levels: 20 us + 11 x 28 us (a ring would cost 20 + 125 x 9.6 us)."""
+    from planner.comm import latency
+    c = planner.load_cluster("dgx-h100", nodes=64)
+    g = placement(c, (64, 8))  # one GPU per node, 64 nodes
+    assert g.tier == "scaleout" and g.nodes == 64
+    assert latency(c, g, "reducescatter") == pytest.approx(20e-6 + 62 * 9.6e-6)
+    assert latency(c, g, "allreduce") == pytest.approx(20e-6 + 11 * 28e-6)
+    two = placement(c, (2, 8))
+    assert latency(c, two, "allgather") == pytest.approx(20e-6)  # one crossing: the tier's own alpha
+    assert latency(c, two, "allreduce") == pytest.approx(20e-6 + 9.6e-6)  # ring 2 steps < tree 2 levels
