@@ -266,7 +266,20 @@ def _layout_from_args(a) -> Layout:
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
                   last_stage_layers=a.last_stage_layers, rank_order=a.rank_order,
+                  pipeline_layers=_layer_list(a.pipeline_layers),
                   overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather)
+
+
+def _layer_list(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        split = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise _UsageError(f"--pipeline-layers: expected comma-separated whole numbers, got {text!r}") from None
+    if any(n < 0 for n in split):
+        raise _UsageError(f"--pipeline-layers: layer counts cannot be negative, got {text!r}")
+    return split
 
 
 def _cmd_evaluate(a, out: Console) -> int:
@@ -405,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--pipeline-layers", default=None, metavar="N,N,...",
+                   help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split; "
+                        "emitted as --pipeline-model-parallel-layout")
     p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")

@@ -244,12 +244,16 @@ def activation_bytes_per_layer(
 
 
 def stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
-    """Layers on each pipeline stage: even, or with uneven first/last stages (Megatron's
+    """Layers on each pipeline rank: an explicit split (pipeline_layers, summed over each rank's
+    virtual stages), even, or with uneven first/last stages (Megatron's
     --decoder-first/last-pipeline-num-layers: the rest split evenly over the middle stages).
+    ASSUMPTION: with interleaving, activation and p2p terms treat a rank's chunks as equal.
 
     The caller validates divisibility (see planner.space.check_layout); this returns floor splits.
     """
     p, L = layout.pp, model.num_layers
+    if layout.pipeline_layers is not None:  # any split: each rank holds its chunks' layers
+        return [sum(layout.pipeline_layers[c * p + r] for c in range(layout.vpp)) for r in range(p)]
     if p == 1:
         return [L]
     first, last = layout.first_stage_layers, layout.last_stage_layers

@@ -62,13 +62,30 @@ def layout_problems(
         bad.append("tp_comm_overlap needs sequence_parallel with tp > 1 (Megatron validate_args)")
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
-    if pipeline_split:
+    if pipeline_split and lay.pipeline_layers is not None:
+        bad += _explicit_split_problems(L, pp, v, lay)
+    elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
     if v > 1:
         m = num_microbatches(training, lay)
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
     return bad
+
+
+def _explicit_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
+    """Rules of an explicit split (Megatron's PipelineParallelLayerLayout.validate_layer_layout)."""
+    split = lay.pipeline_layers
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        return ["pipeline_layers replaces first_stage_layers / last_stage_layers: give one or the other"]
+    if len(split) != pp * v:
+        return [f"pipeline_layers has {len(split)} entries; it needs pp({pp})*vpp({v}) = {pp * v}"]
+    if sum(split) != L:
+        return [f"pipeline_layers sum to {sum(split)} != num_layers({L})"]
+    empty = [r for r in range(pp) if not any(split[c * pp + r] for c in range(v))]
+    if empty:
+        return [f"pipeline rank {empty[0]} would hold no decoder layer (pipeline_layers {list(split)})"]
+    return []
 
 
 def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | None) -> list[str]:

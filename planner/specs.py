@@ -461,6 +461,11 @@ class Layout(_Spec):
     """Layers on the first pipeline stage when uneven (None = even split)."""
     last_stage_layers: _count(MAX_LAYERS) | None = None
     """Layers on the last pipeline stage when uneven (None = even split)."""
+    pipeline_layers: tuple[_count(MAX_LAYERS, lo=0), ...] | None = None
+    """Any split: decoder layers of each virtual stage in Megatron's order (stage i on pipeline
+    rank i % pp, chunk i // pp; pp * vpp entries summing to num_layers), the embedding on the first
+    and the loss on the last (Megatron --pipeline-model-parallel-layout). None: even, or the
+    first/last fields."""
     rank_order: Literal["tp-cp-dp-pp", "tp-cp-pp-dp"] = "tp-cp-dp-pp"
     """Rank placement, innermost axis first: Megatron's default, or its --use-tp-pp-dp-mapping."""
     overlap_grad_reduce: Bool = False
@@ -504,6 +509,8 @@ class Layout(_Spec):
             parts.append("sp")
         if self.first_stage_layers or self.last_stage_layers:
             parts.append(f"stages={self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}")
+        if self.pipeline_layers is not None:
+            parts.append("split=" + "|".join(map(str, self.pipeline_layers)))
         if self.rank_order != "tp-cp-dp-pp":
             parts.append(f"order={self.rank_order}")
         if self.vpp > 1 and not self.p2p_overlapped:

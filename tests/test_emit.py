@@ -125,3 +125,34 @@ def test_torchtitan_overrides():
     assert args[-1] == "activation-checkpoint:selective"
     with pytest.raises(planner.PlannerError, match="ZeRO-1 does not exist"):
         _plan("llama2-7b-16xa100-pp").to_torchtitan()
+
+
+def test_pipeline_layout_string():
+    """Megatron's layout grammar: stages split by '|', 't' per decoder layer, E first, L last."""
+    from planner.emit.megatron import pipeline_layout_string
+    assert pipeline_layout_string((2, 3, 3, 0)) == "Ett|ttt|ttt|L"
+    assert pipeline_layout_string((1,)) == "EtL"
+
+
+def test_explicit_split_is_priced_and_emitted():
+    """Llama-3-70B (80 layers) over pp 4 as 18 / 21 / 21 / 20: the ledger and the stage times follow
+    the split, and Megatron gets --pipeline-model-parallel-layout instead of the even-split flags."""
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    p = planner.evaluate(m, c, t, Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True,
+                                         pipeline_layers=(18, 21, 21, 20)))
+    assert [s.layers for s in p.memory.stages] == [18, 21, 21, 20]
+    assert [s.layers for s in p.time.pipeline.stages] == [18, 21, 21, 20]
+    args = p.to_megatron().args
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == "E" + "t" * 18 + "|" + "t" * 21 + "|" \
+        + "t" * 21 + "|" + "t" * 20 + "L"
+    assert "--num-virtual-stages-per-pipeline-rank" not in args and "--decoder-first-pipeline-num-layers" not in args
+
+
+@pytest.mark.parametrize("split,fragment", [((20, 20, 20), "needs pp(4)*vpp(1) = 4"), ((20, 20, 20, 21), "sum to 81"),
+                                            ((40, 40, 0, 0), "rank 2 would hold no decoder layer")])
+def test_explicit_split_rules(split, fragment):
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    with pytest.raises(planner.InvalidLayout, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
+        planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096),
+                         Layout(tp=8, pp=4, dp=2, zero_stage=1, pipeline_layers=split))

@@ -9,7 +9,7 @@ import planner
 from planner.check import CheckResult, megatron_payload
 from planner.memory import stage_layers
 from planner.search import plan
-from planner.specs import TrainingSpec
+from planner.specs import Layout, TrainingSpec
 
 TOP_K = 3
 
@@ -203,3 +203,26 @@ def test_torchtitan_rejects_broken_overrides():
     assert not r.ok and r.stage == "parallel_dims"
     r = check_torchtitan(["--parallelism.tensor_paralel_degree", "2"], 8)  # misspelt key
     assert not r.ok and r.stage == "config"
+
+
+def test_megatron_accepts_explicit_splits_with_the_plans_layer_counts(megatron_path):
+    """--pipeline-model-parallel-layout from Layout.pipeline_layers (any split, uneven interleaved
+    chunks included): megatron-core 0.19.2 accepts it and builds exactly the plan's layers per
+    rank and virtual stage."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    layouts = [Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True, pipeline_layers=(18, 21, 21, 20)),
+               Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True, vpp=2,
+                      pipeline_layers=(8, 11, 11, 10, 10, 10, 10, 10)),
+               Layout(tp=4, pp=2, dp=8, zero_stage=1, sequence_parallel=True, vpp=2, pipeline_layers=(19, 21, 21, 19))]
+    plans = [planner.evaluate(m, c, t, lay) for lay in layouts]
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for p in plans])
+    for p, r in zip(plans, results):
+        lay = p.layout
+        assert r.ok, r.line()
+        assert r.details["layers_per_rank"] == [[lay.pipeline_layers[v * lay.pp + k] for v in range(lay.vpp)]
+                                                for k in range(lay.pp)]

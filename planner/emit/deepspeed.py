@@ -29,7 +29,7 @@ def _check(plan: Plan) -> None:
         raise PlannerError(f"DeepSpeed: vpp({lay.vpp}) > 1 (interleaved pipeline) is not supported by its pipeline engine")
     if lay.pp > 1 and lay.zero_stage > 1:
         raise PlannerError(f"DeepSpeed: ZeRO-{lay.zero_stage} cannot run with pipeline parallelism (pp({lay.pp}) > 1)")
-    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.pipeline_layers is not None:
         raise PlannerError("DeepSpeed: uneven first/last stages are not emitted (its partitioner balances by parameters)")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"DeepSpeed: recomputing {lay.recompute_num_layers} layers per stage is not emitted "

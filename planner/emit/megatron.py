@@ -14,10 +14,20 @@ from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Family, Recompute
 
-__all__ = ["megatron_args", "megatron_env", "to_megatron", "MEGATRON_VERSION"]
+__all__ = ["megatron_args", "megatron_env", "to_megatron", "pipeline_layout_string", "MEGATRON_VERSION"]
 
 MEGATRON_VERSION = "megatron-core 0.19.2"
 MASTER_PORT = 29500
+
+
+def pipeline_layout_string(split: tuple[int, ...]) -> str:
+    """Megatron's --pipeline-model-parallel-layout for decoder-layer counts per virtual stage:
+    stages joined by '|', 't' per decoder layer, 'E' (embedding) first and 'L' (loss) last
+    [megatron-core 0.19.2 transformer/pipeline_parallel_layer_layout.py: PipelineParallelLayerLayout]."""
+    stages = ["t" * n for n in split]
+    stages[0] = "E" + stages[0]
+    stages[-1] = stages[-1] + "L"  # the same stage when there is only one
+    return "|".join(stages)
 
 
 def megatron_args(plan: Plan) -> list[str]:
@@ -49,12 +59,14 @@ def megatron_args(plan: Plan) -> list[str]:
         "--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp),
         "--context-parallel-size", str(lay.cp),
     ]
-    if lay.vpp > 1:
+    if lay.pipeline_layers is not None:  # any split, with the embedding and the loss as items
+        a += ["--pipeline-model-parallel-layout", pipeline_layout_string(lay.pipeline_layers)]
+    elif lay.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
-        if not lay.p2p_overlapped:  # on by default for interleaving; priced exposed when turned off
-            if lay.pp == 2:
-                raise PlannerError("Megatron: interleaving without p2p overlap needs pp > 2 (validate_args)")
-            a += ["--no-overlap-p2p-communication"]
+    if lay.vpp > 1 and not lay.p2p_overlapped:  # on by default for interleaving; priced exposed when off
+        if lay.pp == 2:
+            raise PlannerError("Megatron: interleaving without p2p overlap needs pp > 2 (validate_args)")
+        a += ["--no-overlap-p2p-communication"]
     if lay.first_stage_layers is not None:
         a += ["--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)]
     if lay.last_stage_layers is not None:

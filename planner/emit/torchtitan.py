@@ -25,7 +25,7 @@ def _check(plan: Plan) -> None:
     if lay.zero_stage in (1, 2):
         raise PlannerError(f"torchtitan: ZeRO-{lay.zero_stage} does not exist there (FSDP2 = ZeRO-3, or replicate = 0); "
                            "plan with framework='torchtitan'")
-    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.pipeline_layers is not None:
         raise PlannerError("torchtitan: uneven first/last stage layer counts are not emitted")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"torchtitan: recomputing {lay.recompute_num_layers} layers per stage is not emitted")
