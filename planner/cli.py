@@ -267,7 +267,8 @@ def _layout_from_args(a) -> Layout:
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
                   last_stage_layers=a.last_stage_layers, rank_order=a.rank_order,
                   pipeline_layers=_layer_list(a.pipeline_layers),
-                  overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather)
+                  overlap_grad_reduce=a.overlap_grad_reduce, overlap_param_gather=a.overlap_param_gather,
+                  tp_comm_overlap=a.tp_comm_overlap)
 
 
 def _layer_list(text: str | None) -> tuple[int, ...] | None:
@@ -424,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron/TE TP communication overlap (needs --sequence-parallel)")
     p.add_argument("--overlap-param-gather", action="store_true",
                    help="with ZeRO >= 1: parameter all-gather during the next forward (Megatron's flag)")
     p.add_argument("--time-limit", type=_time_limit, default=10.0)

@@ -174,3 +174,15 @@ def test_report_renders_in_headless_chromium(tmp_path):
     subprocess.run([browser, *flags, "--window-size=1200,2400", f"--screenshot={shot}", html_path.as_uri()],
                    capture_output=True, timeout=120)
     assert shot.stat().st_size > 50_000  # a rendered page with three figures, not a blank one
+
+
+def test_evaluate_prices_the_overlaps_and_split_you_give():
+    base = ["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--zero", "1",
+            "--sequence-parallel", "--global-batch-size", "64", "--seq-length", "4096", "--json"]
+    plain = json.loads(run(base)[1])
+    over = json.loads(run(base + ["--tp-comm-overlap", "--overlap-grad-reduce", "--overlap-param-gather",
+                                  "--pipeline-layers", "18,21,21,20"])[1])
+    assert over["layout"]["tp_comm_overlap"] and over["layout"]["pipeline_layers"] == [18, 21, 21, 20]
+    assert over["time_breakdown_s"]["tp_comm"] < plain["time_breakdown_s"]["tp_comm"]
+    code, _, err = run(base[:-1] + ["--pipeline-layers", "18,x"])
+    assert code == 2 and "--pipeline-layers" in err
