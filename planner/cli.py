@@ -473,7 +473,10 @@ def _cmd_check(a, out: Console) -> int:
     elif a.framework == "deepspeed":
         if not a.world_size:
             raise _UsageError("planner check deepspeed: --world-size is needed")
-        result = check.check_deepspeed(a.config[0], a.world_size, tp=a.tp, pp=a.pp)
+        cfg = _json_file(a.config[0])
+        if not isinstance(cfg, dict):
+            raise PlannerError(f"{a.config[0]}: expected a JSON object (a ds_config)")
+        result = check.check_deepspeed(cfg, a.world_size, tp=a.tp, pp=a.pp)
     else:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")
@@ -482,16 +485,25 @@ def _cmd_check(a, out: Console) -> int:
     return EXIT_OK if result.ok else EXIT_INFEASIBLE
 
 
+def _json_file(path: str):
+    """A JSON file of at most 1 MiB, or one PlannerError line naming the file and the reason."""
+    from planner.outputs import shown_path
+
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read(1 << 20).decode("utf-8"))
+    except OSError as e:
+        raise PlannerError(f"{shown_path(path)}: cannot read ({e.strerror or type(e).__name__})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise PlannerError(f"{shown_path(path)}: not valid JSON ({type(e).__name__})") from None
+
+
 def _megatron_file_payload(path: str, a) -> dict:
     """megatron_args.json as the emitter writes it, every field checked (one line naming it)."""
     from planner import check
     from planner.outputs import shown_path
 
-    try:
-        with open(path, "rb") as f:
-            payload = json.loads(f.read(1 << 20).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise PlannerError(f"{shown_path(path)}: cannot read as JSON ({type(e).__name__})") from None
+    payload = _json_file(path)
     if not isinstance(payload, dict):
         raise PlannerError(f"{shown_path(path)}: expected a JSON object with 'args' and 'world_size'")
     args, env = payload.get("args", []), payload.get("env") or {}

@@ -405,3 +405,12 @@ def test_allow_idle_never_raises_and_matches_the_enumerator(inst):
         return
     assert r.status == "optimal" and r.best.time.objective_us == ranked[0].time.objective_us
     assert r.best.num_gpus <= cluster.world_size and cluster.world_size % r.best.num_gpus == 0
+
+
+@pytest.mark.parametrize("content,fragment", [(None, "cannot read"), ("[1,2", "not valid JSON"), ("[1, 2]", "JSON object")])
+def test_check_deepspeed_reads_its_file_first(tmp_path, content, fragment):
+    p = tmp_path / "ds_config.json"
+    if content is not None:
+        p.write_text(content)
+    code, _, err = run(["check", "deepspeed", str(p), "--world-size", "8"])
+    assert code == 2 and fragment in err and err.count("\n") == 1
