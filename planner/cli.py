@@ -297,10 +297,11 @@ def _cmd_evaluate(a, out: Console) -> int:
     found = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any")
     best = found.best
     if a.json:
-        from planner.report import plan_dict
+        from planner.report import plan_dict, term_deltas
         d = plan_dict(p)
         d["optimum"] = plan_dict(best) if best else None
         d["optimum_status"] = found.status
+        d["gap_by_term_s"] = {k: ya - yb for k, ya, yb in term_deltas(p, best)} if best else {}
         out.print_json(json.dumps(d))
         return EXIT_OK
     out.print(_plans_table("your layout" + (" and the optimum" if best else ""), [p] + ([best] if best else []), best))
@@ -321,6 +322,15 @@ def _cmd_evaluate(a, out: Console) -> int:
     out.print(t)
     what = {"optimal": "the optimum", "feasible": "the best found (not proven optimal)",
             "unknown": "the best found within the time limit (not proven)"}.get(found.status, "the optimum")
+    if best is not None and best.step_time_s < p.step_time_s:
+        from planner.report import term_deltas
+
+        t = Table(title="where the time goes (gap to the optimum)", title_justify="left")
+        for col, just in (("term", "left"), ("yours s", "right"), ("optimum s", "right"), ("difference s", "right")):
+            t.add_column(col, justify=just)
+        for k, ya, yb in term_deltas(p, best):
+            _row(t, k, f"{ya:.3f}", f"{yb:.3f}", f"{ya - yb:+.3f}")
+        out.print(t)
     if best is not None:
         out.print(f"your layout takes {p.step_time_s / best.step_time_s - 1:.1%} longer per step than {what} "
                   f"({best.layout.short()})" if best.step_time_s < p.step_time_s else f"your layout is as fast as {what}",

@@ -9,7 +9,7 @@ from planner.memory import static_memory
 from planner.search import PlanResult
 from planner.specs import ModelSpec
 
-__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "GiB"]
+__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "term_deltas", "GiB"]
 
 GiB = 2.0**30
 DAY = 86400.0
@@ -54,6 +54,14 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "time_to_train_s": p.time_to_train_s() if p.training.token_budget else None,
         "warnings": list(p.warnings),
     }
+
+
+def term_deltas(yours: Plan, other: Plan) -> list[tuple[str, float, float]]:
+    """Where two plans' step times differ: (term, your seconds, the other's seconds) for every
+    step-time term that differs, largest difference first. The differences sum to the gap."""
+    a, b = yours.time.breakdown(), other.time.breakdown()
+    rows = [(k, a[k], b[k]) for k in a if abs(a[k] - b[k]) > 1e-9]
+    return sorted(rows, key=lambda r: -abs(r[1] - r[2]))
 
 
 def result_dict(r: PlanResult, *, timing: bool = True) -> dict[str, Any]:

@@ -186,3 +186,15 @@ def test_evaluate_prices_the_overlaps_and_split_you_give():
     assert over["time_breakdown_s"]["tp_comm"] < plain["time_breakdown_s"]["tp_comm"]
     code, _, err = run(base[:-1] + ["--pipeline-layers", "18,x"])
     assert code == 2 and "--pipeline-layers" in err
+
+
+def test_evaluate_names_the_terms_behind_the_gap():
+    """The gap between your layout and the optimum, term by term; the terms sum to the gap."""
+    code, out, _ = run(["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--zero", "1",
+                        "--sequence-parallel", "--global-batch-size", "64", "--seq-length", "4096", "--json"])
+    d = json.loads(out)
+    gap = d["step_time_s"] - d["optimum"]["step_time_s"]
+    assert gap > 0 and sum(d["gap_by_term_s"].values()) == pytest.approx(gap, rel=1e-6)
+    code, out, _ = run(["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--zero", "1",
+                        "--sequence-parallel", "--global-batch-size", "64", "--seq-length", "4096"])
+    assert "where the time goes" in out and "tp_comm" in out
