@@ -156,3 +156,21 @@ def test_explicit_split_rules(split, fragment):
     with pytest.raises(planner.InvalidLayout, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")):
         planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096),
                          Layout(tp=8, pp=4, dp=2, zero_stage=1, pipeline_layers=split))
+
+
+@pytest.mark.parametrize("precision,grad_dtype,flag,accum", [
+    ("bf16", "bf16", "--grad-reduce-in-bf16", "bf16"), ("bf16", "fp32", None, "fp32"),
+    ("fp16", "fp32", "--accumulate-allreduce-grads-in-fp32", "fp32"), ("fp16", "bf16", None, "fp16")])
+def test_gradient_buffer_flags_match_the_priced_bytes(precision, grad_dtype, flag, accum):
+    """Megatron keeps fp32 main grads under --bf16 unless --grad-reduce-in-bf16, and 2-byte grads
+    under --fp16 unless --accumulate-allreduce-grads-in-fp32 (validate_args); DeepSpeed accumulates
+    in the model dtype unless data_types.grad_accum_dtype says otherwise. The ledger's bytes follow."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    p = planner.evaluate(m, c, TrainingSpec(global_batch_size=16, seq_length=4096, precision=precision,
+                                            grad_dtype=grad_dtype), Layout(dp=8, zero_stage=1))
+    args = p.to_megatron().args
+    for f in ("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"):
+        assert (f in args) == (f == flag)
+    assert p.to_deepspeed().config["data_types"]["grad_accum_dtype"] == accum
+    per_param = 2 if grad_dtype == "bf16" else 4
+    assert p.memory.stages[0].get("gradients") == pytest.approx(per_param * m.num_params)

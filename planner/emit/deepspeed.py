@@ -63,6 +63,9 @@ def ds_config(plan: Plan) -> dict:
         "gradient_clipping": 1.0,
         "zero_optimization": zero,
         "bf16" if t.precision == "bf16" else "fp16": {"enabled": True},
+        # the gradient bytes the ledger prices; DeepSpeed accumulates in the model dtype by default
+        # [DeepSpeed runtime/engine.py: get_data_types, grad_accum_dtype]
+        "data_types": {"grad_accum_dtype": "fp32" if t.grad_dtype == "fp32" else t.precision},
         "steps_per_print": 10,
         "wall_clock_breakdown": False,
     }

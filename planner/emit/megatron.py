@@ -98,6 +98,13 @@ def megatron_args(plan: Plan) -> list[str]:
             a += ["--recompute-granularity", "full", "--recompute-method", "block",
                   "--recompute-num-layers", str(lay.recompute_num_layers)]
     a += ["--bf16" if t.precision == "bf16" else "--fp16"]
+    # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
+    # grads with --bf16 unless told otherwise, and 2-byte grads with --fp16 unless told otherwise
+    # [megatron-core 0.19.2 training/arguments.py: validate_args, bf16 block]
+    if t.precision == "bf16" and t.grad_dtype == "bf16":
+        a += ["--grad-reduce-in-bf16"]
+    if t.precision == "fp16" and t.grad_dtype == "fp32":
+        a += ["--accumulate-allreduce-grads-in-fp32"]
     if t.attention == "flash":
         a += ["--attention-backend", "flash"]
     a += ["--mock-data", "--lr", "3.0e-4", "--min-lr", "3.0e-5", "--lr-decay-style", "cosine",
