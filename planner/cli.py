@@ -292,6 +292,11 @@ def _cmd_evaluate(a, out: Console) -> int:
         if cluster.world_size % mp:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
+    if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
+        from planner.space import overlaps
+
+        grad, param, p2p = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
+        lay = lay.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p})
     p = evaluate(model, cluster, training, lay)
     _emit(a, p, out)
     found = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any")

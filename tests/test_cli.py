@@ -198,3 +198,14 @@ def test_evaluate_names_the_terms_behind_the_gap():
     code, out, _ = run(["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--zero", "1",
                         "--sequence-parallel", "--global-batch-size", "64", "--seq-length", "4096"])
     assert "where the time goes" in out and "tp_comm" in out
+
+
+def test_evaluate_for_torchtitan_prices_what_torchtitan_runs(tmp_path):
+    """torchtitan's replicated data parallelism always overlaps its gradient buckets, and its
+    interleaved schedule batches p2p: evaluate --emit torchtitan prices exactly that."""
+    code, out, err = run(["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--vpp", "5",
+                          "--sequence-parallel", "--global-batch-size", "1024", "--seq-length", "8192",
+                          "--emit", "torchtitan", "--out", str(tmp_path / "tt"), "--json"])
+    assert code == 0, err
+    lay = json.loads(out)["layout"]
+    assert lay["overlap_grad_reduce"] is True and lay["overlap_p2p"] is False
