@@ -295,8 +295,9 @@ def _cmd_evaluate(a, out: Console) -> int:
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         from planner.space import overlaps
 
-        grad, param, p2p = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
-        lay = lay.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p})
+        update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
+        del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
+        lay = lay.model_copy(update=update)
     p = evaluate(model, cluster, training, lay)
     _emit(a, p, out)
     found = plan(model, cluster, training, top_k=1, structural=False, time_limit_s=a.time_limit, framework="any")

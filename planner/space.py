@@ -182,13 +182,10 @@ class Space:
 
     def layouts(self, shape: Shape, split, rc, zero) -> Layout:
         """The Layout of one candidate."""
-        grad, param, p2p = overlaps(self.framework, shape.pp, zero, shape.vpp)
-        tp_overlap = shape.sp and self.framework in (None, "any", "megatron")  # Megatron/TE only
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
                       last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
-                      rank_order=self.rank_order, overlap_grad_reduce=grad, overlap_param_gather=param,
-                      overlap_p2p=p2p, tp_comm_overlap=tp_overlap)
+                      rank_order=self.rank_order, **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp))
 
     def size(self) -> int:
         """Number of full candidate layouts."""
@@ -269,9 +266,9 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1) -> tuple[bool, bool, bool | None]:
-    """(overlap_grad_reduce, overlap_param_gather, overlap_p2p) a searched plan runs with: what the
-    target offers (overlap_p2p None = Megatron's default: on with interleaving).
+def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool = False) -> dict[str, bool | None]:
+    """The overlap fields of a Layout a searched plan runs with: what the target offers
+    (overlap_p2p None = Megatron's default: on with interleaving).
 
     Overlap never costs time in the model (an exposed collective only shrinks), so the search does
     not branch on it; the emitters turn on exactly these flags.
@@ -281,12 +278,16 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1) -> tuple[b
     for ZeRO-1/2; no interleaving. torchtitan: replicate (ZeRO-0) uses PyTorch DDP, whose buckets
     overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap; its interleaved schedule
     (torch.distributed.pipelining) batches p2p between chunks rather than overlapping it.
+    --tp-comm-overlap (Transformer Engine) only for Megatron, with sequence parallelism.
     """
     if framework == "deepspeed":
-        return (zero in (1, 2) and pp == 1), False, None
-    if framework == "torchtitan":
-        return zero == 0, False, (False if vpp > 1 else None)
-    return True, zero >= 1, None  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
+        grad, param, p2p = (zero in (1, 2) and pp == 1), False, None
+    elif framework == "torchtitan":
+        grad, param, p2p = zero == 0, False, (False if vpp > 1 else None)
+    else:  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
+        grad, param, p2p = True, zero >= 1, None
+    return {"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p,
+            "tp_comm_overlap": sp and framework in (None, "any", "megatron")}
 
 
 def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:

@@ -38,10 +38,8 @@ CASES = {
 def _plan(case, framework="megatron"):
     """The case's layout with the overlaps a search for `framework` gives it (planner.space.overlaps)."""
     mref, cref, nodes, gbs, seq, layout, _ = CASES[case]
-    grad, param, p2p = overlaps(framework, layout.pp, layout.zero_stage, layout.vpp)
-    tp_overlap = layout.sequence_parallel and framework == "megatron"
-    layout = layout.model_copy(update={"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p,
-                                       "tp_comm_overlap": tp_overlap})
+    layout = layout.model_copy(update=overlaps(framework, layout.pp, layout.zero_stage, layout.vpp,
+                                               layout.sequence_parallel))
     return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
                             TrainingSpec(global_batch_size=gbs, seq_length=seq), layout)
 
