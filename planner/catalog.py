@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from planner.errors import CatalogError, ConfigImportError
+from planner.outputs import shown_path
 from planner.specs import ClusterSpec, ModelSpec
 
 __all__ = ["load_model", "load_cluster", "model_ids", "cluster_ids", "catalog_dir", "model_from_hf_config"]
@@ -46,10 +47,11 @@ class _StrictLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: the spec's own validation names it
+            if key in seen:
                 raise CatalogError(f"duplicate key '{key}' (line {key_node.start_mark.line + 1})")
-            if isinstance(key, (str, int, float, bool)):
-                seen.add(key)
+            seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent, index):
@@ -63,22 +65,14 @@ def _read_text(path: Path) -> str:
     """The file's text: UTF-8, at most MAX_FILE_BYTES, every failure one CatalogError line."""
     try:
         if not path.is_file():
-            raise CatalogError(f"{_shown(path)}: no such file")
+            raise CatalogError(f"{shown_path(path)}: no such file")
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise CatalogError(f"{_shown(path)}: larger than {MAX_FILE_BYTES // 2**10} KiB; not a spec file")
+            raise CatalogError(f"{shown_path(path)}: larger than {MAX_FILE_BYTES // 2**10} KiB; not a spec file")
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
-        raise CatalogError(f"{_shown(path)}: not UTF-8 text (byte {err.start})") from None
+        raise CatalogError(f"{shown_path(path)}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:
-        raise CatalogError(f"{_shown(path)}: cannot read ({err.strerror or err})") from None
-
-
-def _shown(path: Path | str) -> str:
-    """A path for a message: its repr when odd characters would spill into the terminal, shortened."""
-    text = str(path)
-    if len(text) > 120:
-        text = text[:60] + "..." + text[-40:]
-    return text if text.isprintable() else repr(text)
+        raise CatalogError(f"{shown_path(path)}: cannot read ({err.strerror or err})") from None
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -90,11 +84,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
-        raise CatalogError(f"{_shown(path.name)}: not valid YAML{where}") from None
+        raise CatalogError(f"{shown_path(path.name)}: not valid YAML{where}") from None
     except RecursionError:
-        raise CatalogError(f"{_shown(path.name)}: nested too deeply to be a spec") from None
+        raise CatalogError(f"{shown_path(path.name)}: nested too deeply to be a spec") from None
     if not isinstance(data, dict):
-        raise CatalogError(f"{_shown(path.name)}: expected a mapping of fields at the top level")
+        raise CatalogError(f"{shown_path(path.name)}: expected a mapping of fields at the top level")
     return data
 
 
@@ -112,18 +106,18 @@ def _read_json(path: Path) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as err:
-        raise ConfigImportError(f"{_shown(path.name)}: not valid JSON (line {err.lineno}: {err.msg})") from None
+        raise ConfigImportError(f"{shown_path(path.name)}: not valid JSON (line {err.lineno}: {err.msg})") from None
     except ConfigImportError as err:
-        raise ConfigImportError(f"{_shown(path.name)}: {err}") from None
+        raise ConfigImportError(f"{shown_path(path.name)}: {err}") from None
     except RecursionError:
-        raise ConfigImportError(f"{_shown(path.name)}: nested too deeply to be a config.json") from None
+        raise ConfigImportError(f"{shown_path(path.name)}: nested too deeply to be a config.json") from None
 
 
 def _unknown(kind: str, ref: str, ids: list[str]) -> CatalogError:
     close = difflib.get_close_matches(ref[:200], ids, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(ids)}"
-    shown = _shown(ref)
-    return CatalogError(f"unknown {kind} {shown if shown.startswith(chr(39)) else repr(shown)}{hint}")
+    short = ref if len(ref) <= 120 else ref[:60] + "..." + ref[-40:]
+    return CatalogError(f"unknown {kind} {short!r}{hint}")  # repr: quoted, control characters escaped
 
 
 @cache
@@ -151,7 +145,7 @@ def load_model(ref: str | Path | ModelSpec) -> ModelSpec:
         raise CatalogError(f"model: expected a catalog id, a file path or a ModelSpec, got {type(ref).__name__}")
     text = str(ref)
     if "\x00" in text:
-        raise CatalogError(f"model {_shown(text)}: a name or path cannot contain NUL")
+        raise CatalogError(f"model {shown_path(text)}: a name or path cannot contain NUL")
     path = Path(text)
     if text in model_ids():
         return _catalog_model(text)
@@ -184,7 +178,7 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
     else:
         text = str(ref)
         if "\x00" in text:
-            raise CatalogError(f"cluster {_shown(text)}: a name or path cannot contain NUL")
+            raise CatalogError(f"cluster {shown_path(text)}: a name or path cannot contain NUL")
         path = Path(text)
         if text in cluster_ids():
             path, where = catalog_dir("clusters") / f"{text}.yaml", f"clusters/{text}.yaml"

@@ -19,6 +19,7 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
+from planner.space import RANK_ORDERS, overlaps
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 
 __all__ = ["main"]
@@ -105,7 +106,7 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true")
-    g.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default=None,
+    g.add_argument("--rank-order", choices=RANK_ORDERS, default=None,
                    help="rank placement (tp-cp-pp-dp = Megatron's --use-tp-pp-dp-mapping)")
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
                    help="launch target; restricts ZeRO stages (default megatron)")
@@ -293,8 +294,6 @@ def _cmd_evaluate(a, out: Console) -> int:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
-        from planner.space import overlaps
-
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
         lay = lay.model_copy(update=update)
@@ -438,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline-layers", default=None, metavar="N,N,...",
                    help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split; "
                         "emitted as --pipeline-model-parallel-layout")
-    p.add_argument("--rank-order", choices=["tp-cp-dp-pp", "tp-cp-pp-dp"], default="tp-cp-dp-pp")
+    p.add_argument("--rank-order", choices=RANK_ORDERS, default="tp-cp-dp-pp")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")
     p.add_argument("--tp-comm-overlap", action="store_true",

@@ -32,7 +32,7 @@ from planner.cost import dp_time, optimizer_time, pipeline_time
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, TIME_UNIT_S, Plan, _ceil_units, evaluate
 from planner.memory import stage_activation_items, stage_layers, stage_static_items, static_memory
-from planner.space import FRAMEWORKS, Space, build_space
+from planner.space import Space, build_space
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["PlanResult", "Alternative", "Infeasibility", "plan", "build_tables", "Tables", "STATUSES"]
@@ -398,8 +398,9 @@ MAX_TIME_LIMIT_S = 86400.0
 MAX_TOP_K = 1000
 
 
-def _check_arguments(model, cluster, training, top_k, time_limit_s, framework, allow_idle, structural) -> None:
-    """Refuse API arguments of the wrong type or range with one line naming the argument."""
+def _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural) -> None:
+    """Refuse API arguments of the wrong type or range with one line naming the argument
+    (constraints and the framework are checked by planner.space.build_space)."""
     for name, value, kind in (("model", model, ModelSpec), ("cluster", cluster, ClusterSpec),
                               ("training", training, TrainingSpec)):
         if not isinstance(value, kind):
@@ -411,8 +412,6 @@ def _check_arguments(model, cluster, training, top_k, time_limit_s, framework, a
     if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
             or not math.isfinite(time_limit_s) or not 0 < time_limit_s <= MAX_TIME_LIMIT_S:
         raise PlannerError(f"time_limit_s: expected seconds in (0, {MAX_TIME_LIMIT_S:g}], got {time_limit_s!r}")
-    if framework is not None and framework not in FRAMEWORKS:
-        raise PlannerError(f"framework: expected one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     for name, value in (("allow_idle", allow_idle), ("structural", structural)):
         if not isinstance(value, bool):
             raise PlannerError(f"{name}: expected True or False, got {value!r}")
@@ -452,7 +451,7 @@ def plan(
     Raises:
         PlannerError: an argument or constraint of the wrong type or range (one line naming it).
     """
-    _check_arguments(model, cluster, training, top_k, time_limit_s, framework, allow_idle, structural)
+    _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural)
     start = time.perf_counter()
     deadline = start + time_limit_s
     cons = _constraints(constraints)
