@@ -68,10 +68,15 @@ def _real(**bounds):
     return Annotated[float, Field(strict=True, allow_inf_nan=False, **bounds)]
 
 
-Bytes = Annotated[float, _qty("bytes"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e15)]
-BytesPerS = Annotated[float, _qty("bytes/s"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e15)]
-FlopPerS = Annotated[float, _qty("flop/s"), Field(strict=True, allow_inf_nan=False, gt=0, le=1e18)]
-Seconds = Annotated[float, _qty("s"), Field(strict=True, allow_inf_nan=False, ge=0, le=1.0)]
+def _quantity(kind: str, **bounds):
+    """A _real that may also be given as a string with its unit ("80 GB"), parsed to SI first."""
+    return Annotated[_real(**bounds), _qty(kind)]
+
+
+Bytes = _quantity("bytes", gt=0, le=1e15)
+BytesPerS = _quantity("bytes/s", gt=0, le=1e15)
+FlopPerS = _quantity("flop/s", gt=0, le=1e18)
+Seconds = _quantity("s", ge=0, le=1.0)
 PosInt = _count(MAX_GPUS)
 Bool = Annotated[bool, Field(strict=True)]
 Name = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
