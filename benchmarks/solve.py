@@ -1,10 +1,13 @@
-"""Search scaling: CP-SAT solve time against the exhaustive enumerator, 1B on 8 GPUs to 70B on 144,000.
+"""Search scaling: what the CP-SAT search covers and how fast it proves the optimum, 1B on 8 GPUs
+to 70B on 144,000, and what arbitrary layer splits gain on large-vocabulary models.
 
-    python benchmarks/solve.py [--enumerate-limit N]
+    python benchmarks/solve.py [--skip-splits]
 
-For each case: status, the size of the candidate space, CP-SAT time for the best plan (top-1)
-and for the top-10 ranking, and the enumerator's time (run when the space has at most
---enumerate-limit layouts, else extrapolated from its per-layout rate and marked '~').
+Per case: status; the layouts the model covers (configurations x every layer split); the
+configurations in the space and those CP-SAT had to look at (the rest: no split fits, or their
+lower bound over all splits is above the best); seconds to the first layout and to the proof
+(top-1); seconds for a top-10 ranking. Then, for models whose embedding and LM head weigh several
+layers, the best plan with any split against the best with even splits.
 """
 
 from __future__ import annotations
@@ -15,9 +18,8 @@ import sys
 import time
 
 import planner
-from planner.oracle import enumerate_plans
 from planner.search import plan
-from planner.specs import TrainingSpec
+from planner.specs import ModelSpec, TrainingSpec
 
 CASES = [
     # model, cluster, nodes, global batch, seq
@@ -39,39 +41,61 @@ CASES = [
 ]
 
 
+SPLIT_CASES = [
+    # model, cluster, nodes, global batch, seq: vocabularies of 128K, 152K and 256K
+    ("llama3-8b", "dgx-h100", 4, 256, 8192),
+    ("llama3.1-405b", "dgx-h100", 2048, 2048, 8192),
+    ("qwen2.5-72b", "hgx-h200", 16, 512, 8192),
+    ("vocab256k-9b", "dgx-h100", 4, 256, 8192),
+]
+VOCAB_256K = ModelSpec(name="vocab256k-9b", family="llama", num_layers=42, hidden_size=3584, num_attention_heads=16,
+                       num_kv_heads=8, kv_channels=256, ffn_hidden_size=14336, vocab_size=256000)
+"""A 9B dense model with a 256K vocabulary (Gemma-2-9B's shapes, without its local attention)."""
+
+
+def _model(name: str) -> ModelSpec:
+    return VOCAB_256K if name == VOCAB_256K.name else planner.load_model(name)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--enumerate-limit", type=int, default=40000, help="largest space the enumerator runs on")
+    ap.add_argument("--skip-splits", action="store_true", help="only the scaling table")
     args = ap.parse_args(argv)
-    print(f"{'case':44s} {'GPUs':>6s} {'status':>8s} {'space':>8s} {'top-1 s':>8s} {'top-10 s':>9s} {'enum s':>9s}  best layout")
-    top1, top10 = [], []
-    rate = None
+    print(f"{'case':44s} {'GPUs':>6s} {'status':>8s} {'layouts':>8s} {'configs':>8s} {'to CP-SAT':>9s} "
+          f"{'first s':>7s} {'proof s':>7s} {'top-10 s':>8s}  best layout")
+    proofs, top10 = [], []
     for mref, cref, nodes, gbs, seq in CASES:
         model, cluster = planner.load_model(mref), planner.load_cluster(cref, nodes=nodes)
         tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
-        t0 = time.perf_counter()
         r = plan(model, cluster, tr, top_k=1, structural=False)
-        t1 = time.perf_counter() - t0
         t0 = time.perf_counter()
         r10 = plan(model, cluster, tr, top_k=10, structural=False)
         t10 = time.perf_counter() - t0
-        top1.append(t1)
+        st = r.stats
+        proofs.append(st.proof_s if st.proof_s is not None else float("inf"))
         top10.append(t10)
-        if r.space_size <= args.enumerate_limit:
-            t0 = time.perf_counter()
-            ranked = enumerate_plans(model, cluster, tr)
-            te = time.perf_counter() - t0
-            rate = te / max(1, r.space_size)
-            agree = "" if not ranked or ranked[0].time.objective_us == r.best.time.objective_us else " MISMATCH"
-            enum = f"{te:9.2f}{agree}"
-        else:
-            enum = f"~{r.space_size * rate:8.0f}" if rate else "        -"
         best = r.best.layout.short() if r.best else "-"
         name = f"{mref} s{seq} gbs{gbs} on {cref}"
-        print(f"{name:44s} {cluster.world_size:6d} {r.status:>8s} {r.space_size:8d} {t1:8.2f} {t10:9.2f} {enum}  {best}")
+        first = f"{st.first_solution_s:7.2f}" if st.first_solution_s is not None else "      -"
+        proof = f"{st.proof_s:7.2f}" if st.proof_s is not None else "      -"
+        print(f"{name:44s} {cluster.world_size:6d} {r.status:>8s} {'1e%d' % (len(str(r.space_size)) - 1):>8s} "
+              f"{st.configurations:8d} {st.solved:9d} {first} {proof} {t10:8.2f}  {best[:90]}")
         assert len(r10.alternatives) + 1 <= 10
-    print(f"\nCP-SAT top-1: median {statistics.median(top1):.2f} s, max {max(top1):.2f} s; "
+    print(f"\nproof (top-1): median {statistics.median(proofs):.2f} s, max {max(proofs):.2f} s; "
           f"top-10: median {statistics.median(top10):.2f} s, max {max(top10):.2f} s")
+    if args.skip_splits:
+        return 0
+    print(f"\n{'arbitrary splits vs even':44s} {'vocab':>7s} {'even s/step':>11s} {'any s/step':>10s} {'gain':>6s}  split")
+    for mref, cref, nodes, gbs, seq in SPLIT_CASES:
+        model, cluster = _model(mref), planner.load_cluster(cref, nodes=nodes)
+        tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
+        even = plan(model, cluster, tr, top_k=1, structural=False, uneven_stages=False)
+        free = plan(model, cluster, tr, top_k=1, structural=False)
+        e, f = even.best.step_time_s, free.best.step_time_s
+        lay = free.best.layout
+        split = "|".join(map(str, lay.pipeline_layers)) if lay.pipeline_layers else "even"
+        print(f"{mref + ' on ' + str(cluster.world_size) + ' ' + cref:44s} {model.vocab_size:7d} {e:11.3f} {f:10.3f} "
+              f"{e / f - 1:6.1%}  {lay.short()[:60]} {split[:60]}")
     return 0
 
 

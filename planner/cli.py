@@ -21,6 +21,7 @@ from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
 from planner.space import RANK_ORDERS, overlaps
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
+from planner.units import count_text
 
 __all__ = ["main"]
 
@@ -105,7 +106,7 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
-    g.add_argument("--no-uneven-stages", action="store_true")
+    g.add_argument("--no-uneven-stages", action="store_true", help="even layer splits only (pp must divide the layers)")
     g.add_argument("--rank-order", choices=RANK_ORDERS, default=None,
                    help="rank placement (tp-cp-pp-dp = Megatron's --use-tp-pp-dp-mapping)")
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
@@ -245,7 +246,7 @@ def _cmd_plan(a, out: Console) -> int:
     if r.best is None:
         out.print(f"[yellow]unknown[/]: {_u(r.explanation[0])}")
         return EXIT_UNKNOWN
-    out.print(f"status: {_status_line(r)}; searched {r.space_size:,} layouts in {r.solve_time_s:.2f} s")
+    out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")

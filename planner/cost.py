@@ -1,9 +1,11 @@
 """Step time of one training iteration, term by term, as pure functions of the specs and a layout.
 
-The step splits into three parts with disjoint inputs, so the CP-SAT search can tabulate them:
-    pipeline_time(layout without zero_stage)        compute, recompute, TP, CP, p2p, bubble
-    dp_time(layout without recompute)                exposed gradient/parameter collectives
-    optimizer_time(layout without recompute)         the memory-bound Adam step
+The step splits into two parts with disjoint inputs, each built from per-rank terms that are
+functions of the rank's layer count, so the CP-SAT search can keep the layer split as variables:
+    pipeline_time(layout without zero_stage)   per rank: compute, recompute, TP, CP, p2p (linear in
+                                               the layers, StageCoefficients); then fill and drain
+    update_time(layout without recompute)      per rank: exposed DP collectives + the Adam step;
+                                               the step waits for the slowest rank
 
 References:
     [Narayanan21] Narayanan et al., SC21, arXiv:2104.04473: §2.2 bubble (p-1)/(v m), §3 FLOPs, §5.1.
@@ -34,9 +36,17 @@ __all__ = [
     "gemm_efficiency",
     "StageTime",
     "PipelineTime",
+    "StageCoefficients",
+    "stage_coefficients",
+    "stage_time",
+    "recomputed_layers",
     "pipeline_time",
+    "UpdateTime",
+    "stage_update_time",
+    "update_time",
     "dp_time",
-    "optimizer_time",
+    "TIME_UNIT_S",
+    "us_units",
     "training_flops",
     "time_to_train_s",
     "ddp_bucket_params",
@@ -196,6 +206,16 @@ def _tp_overlap_exposed(gpu, gemms: list[float], ag: float, rs: float) -> tuple[
     return fwd, bwd
 
 
+TIME_UNIT_S = 1e-6
+"""The search's integer time unit (microseconds): stage coefficients are rounded up to it once, here,
+and both the CP-SAT model and evaluate() build the objective from the rounded numbers."""
+
+
+def us_units(seconds: float) -> int:
+    """Seconds as whole microseconds, rounded up (the one rounding of every time coefficient)."""
+    return math.ceil(seconds / TIME_UNIT_S - 1e-9)
+
+
 @dataclass(frozen=True)
 class StageTime:
     """Seconds per micro-batch (forward + backward) on one pipeline stage."""
@@ -215,12 +235,50 @@ class StageTime:
 
 
 @dataclass(frozen=True)
+class StageCoefficients:
+    """One pipeline rank's time per micro-batch as a function of its layer count n, in integer microseconds:
+
+        units(n) = per_layer * n + per_recomputed * recomputed(n) + fixed + max(0, p2p - p2p_hidden * n)
+
+    (fixed: the logits GEMM on the last rank; p2p: its sends; p2p_hidden: the send time one layer's
+    forward hides when interleaved p2p overlaps). The CP-SAT model reads these integers with n as a
+    variable; evaluate() reads the same ones with n fixed."""
+
+    per_layer: int
+    per_recomputed: int
+    fixed: int
+    p2p: int
+    p2p_hidden: int
+
+    def units(self, layers: int, recomputed: int) -> int:
+        """Integer microseconds of one micro-batch with `layers` layers, `recomputed` of them recomputed."""
+        return (self.per_layer * layers + self.per_recomputed * recomputed + self.fixed
+                + max(0, self.p2p - self.p2p_hidden * layers))
+
+
+def recomputed_layers(layout: Layout, layers: int) -> int:
+    """Layers of a rank that pay the recompute term: all with selective (the attention core) or
+    full recompute, min(recompute_num_layers, layers) with a partial full recompute."""
+    if layout.recompute == Recompute.NONE:
+        return 0
+    if layout.recompute == Recompute.FULL and layout.recompute_num_layers is not None:
+        return min(layout.recompute_num_layers, layers)
+    return layers
+
+
+@dataclass(frozen=True)
 class PipelineTime:
-    """The pipeline part of a step: m micro-batches through the slowest stage plus the bubble."""
+    """The pipeline part of a step, from the per-rank micro-batch times T_i.
+
+    1F1B: m micro-batches through the slowest rank plus the fill and drain through the others,
+    (m - 1) T_max + sum T_i; interleaved with v chunks the fill and drain shrink v-fold:
+    m T_max + (sum T_i - T_max) / v. Even stages give Narayanan21's (m + (p - 1)/v) T [§2.2.2]."""
 
     stages: tuple[StageTime, ...]
     num_microbatches: int
     vpp: int
+    stage_units: tuple[int, ...] = ()
+    """Each rank's micro-batch time in integer microseconds (StageCoefficients.units)."""
 
     @property
     def slowest(self) -> StageTime:
@@ -229,53 +287,94 @@ class PipelineTime:
 
     @property
     def bubble(self) -> float:
-        """(p - 1)/v slowest-stage micro-batch times [Narayanan21 §2.2.2]."""
-        return (len(self.stages) - 1) / self.vpp * self.slowest.total
+        """Fill and drain: (sum T_i - T_max) / v."""
+        return (sum(s.total for s in self.stages) - self.slowest.total) / self.vpp
 
     @property
     def total(self) -> float:
-        """m * t_slowest + bubble."""
+        """m * T_max + bubble."""
         return self.num_microbatches * self.slowest.total + self.bubble
 
+    @property
+    def units(self) -> int:
+        """The total in integer microseconds from the rounded stage times: ceil(((v m - 1) T_max + sum T_i) / v)."""
+        v, top = self.vpp, max(self.stage_units)
+        return -((-(v * self.num_microbatches - 1) * top - sum(self.stage_units)) // v)
 
-def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> PipelineTime:
-    """Compute, recompute, TP, CP and p2p time per stage, and the 1F1B pipeline built from them.
 
-    Reads every layout field except zero_stage (whose cost is in dp_time and optimizer_time).
-    """
+@dataclass(frozen=True)
+class _Pieces:
+    per_layer: float
+    per_recomputed: float
+    fixed: float
+    p2p: float
+    p2p_hidden: float
+    compute_per_layer: float
+    tp_per_layer: float
+    cp_per_layer: float
+
+
+def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int) -> _Pieces:
+    """The float terms of one rank's micro-batch time (StageCoefficients before rounding)."""
     lt = _layer_time(model, cluster, training, layout)
     b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
-    m = num_microbatches(training, layout)
     tokens = b * s / cp
-    layers = stage_layers(model, layout)
     # logits GEMM forward + 2x backward on the last stage; the loss is negligible beside it
-    logits = 3 * _gemm_time(cluster, [2 * tokens * model.hidden_size * model.vocab_size / tp])
+    logits = 3 * _gemm_time(cluster, [2 * tokens * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
     send = 0.0
     if p > 1:  # one activation send forward and one gradient send backward per chunk [Narayanan21 §4.1]
         act = 2 * tokens * model.hidden_size / (tp if layout.sequence_parallel else 1)
         send = p2p_time(cluster, group_placement(cluster, layout, "pp").tier, act)
-    stages = []
-    for i, n in enumerate(layers):
-        # 1F1B: every send is exposed (Megatron cannot overlap p2p without interleaving). Interleaved
-        # with overlap_p2p (Megatron's default): each send runs beside the next chunk's forward
-        # [megatron-core 0.19.2 pipeline_parallel/schedules.py, overlap_p2p_comm], exposing the excess.
-        hidden = (n / v) * lt.fwd if layout.p2p_overlapped else 0.0
-        p2p = 2 * v * max(0.0, send - hidden)
-        compute = n * (lt.fwd + lt.bwd) + (logits if i == p - 1 else 0.0)
-        if layout.recompute == Recompute.SELECTIVE:
-            rc = n * lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
-        elif layout.recompute == Recompute.FULL:
-            n_rc = n if layout.recompute_num_layers is None else min(layout.recompute_num_layers, n)
-            rc = n_rc * (lt.fwd + lt.tp_fwd)  # a whole extra forward, TP collectives included
-        else:
-            rc = 0.0
-        stages.append(StageTime(i, n, compute, rc, n * (lt.tp_fwd + lt.tp_bwd), n * (lt.cp_fwd + lt.cp_bwd), p2p))
-    return PipelineTime(tuple(stages), m, v)
+    # 1F1B: every send is exposed (Megatron cannot overlap p2p without interleaving). Interleaved
+    # with overlap_p2p (Megatron's default): each send runs beside the next chunk's forward
+    # [megatron-core 0.19.2 pipeline_parallel/schedules.py, overlap_p2p_comm], exposing the excess:
+    # 2v max(0, send - (n/v) fwd) = max(0, 2v send - 2 n fwd).
+    hidden = 2 * lt.fwd if layout.p2p_overlapped else 0.0
+    if layout.recompute == Recompute.SELECTIVE:
+        rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
+    elif layout.recompute == Recompute.FULL:
+        rc = lt.fwd + lt.tp_fwd  # a whole extra forward, TP collectives included
+    else:
+        rc = 0.0
+    compute, tpc, cpc = lt.fwd + lt.bwd, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd
+    return _Pieces(compute + tpc + cpc, rc, logits, 2 * v * send, hidden, compute, tpc, cpc)
 
 
-def _largest_stage(model: ModelSpec, layout: Layout, layers: list[int]) -> int:
-    params = [stage_params(model, layout, i, n) for i, n in enumerate(layers)]
-    return int(np.argmax(params))
+def _coefficients(q: _Pieces) -> StageCoefficients:
+    return StageCoefficients(us_units(q.per_layer), us_units(q.per_recomputed), us_units(q.fixed), us_units(q.p2p),
+                             us_units(q.p2p_hidden))
+
+
+def _time(layout: Layout, q: _Pieces, stage: int, layers: int) -> StageTime:
+    return StageTime(stage, layers, layers * q.compute_per_layer + q.fixed,
+                     recomputed_layers(layout, layers) * q.per_recomputed, layers * q.tp_per_layer,
+                     layers * q.cp_per_layer, max(0.0, q.p2p - q.p2p_hidden * layers))
+
+
+def stage_coefficients(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
+                       stage: int) -> StageCoefficients:
+    """Integer-microsecond coefficients of pipeline rank `stage` (reads no layer split: n is the variable)."""
+    return _coefficients(_pieces(model, cluster, training, layout, stage))
+
+
+def stage_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+               layers: int) -> StageTime:
+    """Seconds per micro-batch of pipeline rank `stage` holding `layers` layers, term by term."""
+    return _time(layout, _pieces(model, cluster, training, layout, stage), stage, layers)
+
+
+def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> PipelineTime:
+    """Compute, recompute, TP, CP and p2p time per stage, and the pipeline built from them.
+
+    Reads every layout field except zero_stage (whose cost is in dp_time and optimizer_time).
+    """
+    layers = stage_layers(model, layout)
+    p = layout.pp
+    inner = _pieces(model, cluster, training, layout, 0) if p > 1 else None  # every rank but the last
+    pieces = [inner if i < p - 1 else _pieces(model, cluster, training, layout, i) for i in range(p)]
+    stages = tuple(_time(layout, q, i, n) for i, (q, n) in enumerate(zip(pieces, layers)))
+    units = tuple(_coefficients(q).units(n, recomputed_layers(layout, n)) for q, n in zip(pieces, layers))
+    return PipelineTime(stages, num_microbatches(training, layout), layout.vpp, units)
 
 
 DDP_BUCKET_MIN_PARAMS = 40_000_000
@@ -308,10 +407,12 @@ def _bucketed(cluster: ClusterSpec, group, op: str, params: float, bytes_per: in
     return max(t_last, total - window)
 
 
-def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
-    """Exposed data-parallel communication of one step (seconds); reads no recompute field.
+def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                  layers: int) -> float:
+    """Exposed data-parallel communication of one step on pipeline rank `stage` holding `layers`
+    layers (seconds); reads no recompute field. Every rank reduces its own gradients over its dp x cp
+    group at the same time, so the step waits for the slowest (see update_time).
 
-    Gradients are reduced over the dp x cp group, on the stage holding the most parameters.
     ZeRO 0: all-reduce; ZeRO 1: reduce-scatter on the last micro-batch, then an all-gather of the
     bf16 weights after the step [Megatron-LM param_and_grad_buffer.py: start_grad_sync on
     is_last_microbatch]; ZeRO 2 (gradients sharded, so no full-size accumulation buffer):
@@ -329,21 +430,19 @@ def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     n = layout.dp * layout.cp
     if n == 1:
         return 0.0
-    layers = stage_layers(model, layout)
-    big = _largest_stage(model, layout, layers)
-    psi = stage_params(model, layout, big, layers[big])
+    psi = stage_params(model, layout, stage, layers)
     grad_b = 2 if training.grad_dtype == "bf16" else 4
     group = group_placement(cluster, layout, "dpcp")
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
     if layout.zero_stage == 3:
-        window = cluster.calibration.dp_overlap * layers[big] * (lt.fwd + lt.bwd)
+        window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
         rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
         ag = collective_time(cluster, group, "allgather", psi * 2)
         return m * max(0.0, 2 * ag + rs - window)
     bucket = ddp_bucket_params(n)
-    bwd = layers[big] * lt.bwd if layout.overlap_grad_reduce else None
-    fwd = layers[big] * lt.fwd if layout.overlap_param_gather else None
+    bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
+    fwd = layers * lt.fwd if layout.overlap_param_gather else None
     if layout.zero_stage == 0:
         return _bucketed(cluster, group, "allreduce", psi, grad_b, bucket, bwd)
     grads = _bucketed(cluster, group, "reducescatter", psi, grad_b, bucket, bwd)
@@ -352,14 +451,54 @@ def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     return grads + _bucketed(cluster, group, "allgather", psi, 2, bucket, fwd)
 
 
-def optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
-    """The Adam step: memory-bound over the parameters this GPU updates (sharded from ZeRO-1 on)."""
-    layers = stage_layers(model, layout)
-    psi = max(stage_params(model, layout, i, n) for i, n in enumerate(layers))
+def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                         layers: int) -> float:
+    """The Adam step on pipeline rank `stage`: memory-bound over the parameters it updates
+    (sharded over dp x cp from ZeRO-1 on)."""
+    psi = stage_params(model, layout, stage, layers)
     if layout.zero_stage >= 1:
         psi /= layout.dp * layout.cp
     gpu = cluster.gpu
     return psi * ADAM_BYTES_TOUCHED / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
+
+
+@dataclass(frozen=True)
+class UpdateTime:
+    """The part of a step after the pipeline drains, on one rank: exposed DP communication and the
+    optimizer step (seconds)."""
+
+    stage: int
+    dp_exposed: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """Both terms."""
+        return self.dp_exposed + self.optimizer
+
+    @property
+    def units(self) -> int:
+        """The total in integer microseconds (rounded up once)."""
+        return us_units(self.total)
+
+
+def stage_update_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                      layers: int) -> UpdateTime:
+    """DP communication and optimizer step of pipeline rank `stage` holding `layers` layers."""
+    return UpdateTime(stage, stage_dp_time(model, cluster, training, layout, stage, layers),
+                      stage_optimizer_time(model, cluster, training, layout, stage, layers))
+
+
+def update_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> UpdateTime:
+    """The slowest rank's DP communication + optimizer step: the ranks run them at the same time,
+    and the next step starts when all are done (ties: the first rank)."""
+    ranks = [stage_update_time(model, cluster, training, layout, i, n) for i, n in enumerate(stage_layers(model, layout))]
+    return max(ranks, key=lambda u: u.units)
+
+
+def dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Exposed DP communication (seconds) on the rank whose update finishes last (update_time)."""
+    return update_time(model, cluster, training, layout).dp_exposed
 
 
 def training_flops(num_params: float, tokens: float) -> float:

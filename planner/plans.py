@@ -5,13 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from planner.cost import (
-    PipelineTime,
-    dp_time,
-    model_flops_per_token,
-    optimizer_time,
-    pipeline_time,
-)
+from planner.cost import TIME_UNIT_S, PipelineTime, UpdateTime, model_flops_per_token, pipeline_time, update_time
 from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout
 from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
@@ -19,7 +13,6 @@ from planner.topology import group_placement
 
 __all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
 
-TIME_UNIT_S = 1e-6  # the search's integer time unit (microseconds)
 MEM_UNIT_BYTES = 2**20  # the search's integer memory unit (MiB)
 
 
@@ -28,21 +21,32 @@ class StepTime:
     """One iteration's time, term by term (seconds)."""
 
     pipeline: PipelineTime
-    dp_exposed: float
-    optimizer: float
+    update: UpdateTime
+    """The slowest rank's DP communication and optimizer step."""
+
+    @property
+    def dp_exposed(self) -> float:
+        """Exposed DP communication (seconds) on the rank that finishes last."""
+        return self.update.dp_exposed
+
+    @property
+    def optimizer(self) -> float:
+        """Optimizer step (seconds) on the rank that finishes last."""
+        return self.update.optimizer
 
     @property
     def total(self) -> float:
         """Seconds per step."""
-        return self.pipeline.total + self.dp_exposed + self.optimizer
+        return self.pipeline.total + self.update.total
 
     @property
     def objective_us(self) -> int:
-        """The search's integer objective: each part rounded up to whole microseconds.
+        """The search's integer objective in microseconds: the pipeline from the rounded per-rank coefficients
+        (planner.cost.StageCoefficients) plus the slowest rank's update, rounded up.
 
         Both the CP-SAT model and the enumerator rank by this number (or-tools #3639: no floats).
         """
-        return _ceil_units(self.pipeline.total, TIME_UNIT_S) + _ceil_units(self.dp_exposed + self.optimizer, TIME_UNIT_S)
+        return self.pipeline.units + self.update.units
 
     def breakdown(self) -> dict[str, float]:
         """Seconds per term over the whole step (the slowest stage's terms x m, plus the bubble)."""
@@ -185,11 +189,7 @@ def evaluate(
         warnings.append(f"tp({layout.tp}) leaves its NVLink domain ({cluster.nvlink_domain_size} GPUs): "
                         "TP traffic is priced at the scale-out bandwidth")
     led = memory_ledger(model, cluster, training, layout)
-    time = StepTime(
-        pipeline=pipeline_time(model, cluster, training, layout),
-        dp_exposed=dp_time(model, cluster, training, layout),
-        optimizer=optimizer_time(model, cluster, training, layout),
-    )
+    time = StepTime(pipeline_time(model, cluster, training, layout), update_time(model, cluster, training, layout))
     plan = Plan(model, cluster, training, layout, led, time)
     if not plan.fits:
         warnings.append(f"does not fit: peak {led.peak_bytes / 2**30:.1f} GiB on stage {led.peak_stage.stage} "

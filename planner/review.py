@@ -11,6 +11,7 @@ from typing import Any
 from planner.plans import Plan
 from planner.report import GiB, plan_row
 from planner.search import PlanResult, plan
+from planner.units import count_text
 
 __all__ = ["pareto_front", "review_html", "REPORT_MARKER"]
 
@@ -129,7 +130,7 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
 td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#eee}} img{{max-width:100%}}</style></head>
 <body>
 <h1>{html.escape(m.name)} on {c.world_size} x {html.escape(c.gpu.name)} ({html.escape(c.name)})</h1>
-<p id="summary">global batch {t.global_batch_size} x {t.seq_length} tokens; {status}; {result.space_size:,} layouts searched in
+<p id="summary">global batch {t.global_batch_size} x {t.seq_length} tokens; {status}; {count_text(result.space_size)} layouts searched in
 {result.solve_time_s:.2f} s. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.</p>
 <h2 id="alternatives">Alternatives</h2>
 <table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>step s</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>

@@ -126,6 +126,7 @@ def check_layout(
 # The candidate space: shared by the CP-SAT search and the exhaustive enumerator
 # ---------------------------------------------------------------------------------------------
 
+import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -140,9 +141,6 @@ MIN_CP_CHUNK = 4096
 # sequence (shorter chunks leave ring attention bound by its K/V exchange and kernel overheads the
 # cost model does not price). NVIDIA's Llama-3.1-405B recipe at seq 8192 on H100 stops at CP 2
 # (NVIDIA/dgxc-benchmarking llama3.1/README.md: TP8 PP8 CP2 VP8).
-UNEVEN_SPAN = 2
-# ASSUMPTION: uneven splits exist to relieve the stages that also carry the embedding or the loss,
-# so the first and last stages may hold up to UNEVEN_SPAN*vpp layers fewer than the average, never more.
 MAX_VPP = 8
 # ASSUMPTION: more than 8 virtual stages per rank multiplies p2p traffic for a bubble that is
 # already small; widen with vpp=(1, N).
@@ -163,15 +161,20 @@ class Shape:
 
 @dataclass(frozen=True)
 class Space:
-    """Every candidate the search may choose from, in a fixed (deterministic) order."""
+    """Every candidate the search may choose from, in a fixed (deterministic) order.
+
+    A candidate is a configuration (shape, recompute, ZeRO stage) with a split of the layers over
+    the pipeline ranks: any split with at least one layer per rank where the target places layers
+    freely (free_split; Megatron's --pipeline-model-parallel-layout), else only the even one."""
 
     shapes: tuple[Shape, ...]
-    splits: dict[tuple[int, int], tuple[tuple[int | None, int | None], ...]]
-    """(pp, vpp) -> legal (first, last) stage-layer options."""
     recomputes: dict[tuple[int, int], tuple[tuple[str, int | None], ...]]
     """(pp, vpp) -> (mode, recompute_num_layers) options."""
     zeros: dict[int, tuple[int, ...]]
     """pp -> ZeRO stages the target framework allows."""
+    num_layers: int = 1
+    free_split: bool = True
+    """Any per-rank layer counts (else even splits only, and pp must divide the layers)."""
     rank_order: str = "tp-cp-dp-pp"
     """Rank placement used for every candidate."""
     allow_idle: bool = False
@@ -180,17 +183,39 @@ class Space:
     framework: str | None = "megatron"
     """The launch target, which decides the overlaps each candidate runs with (overlaps())."""
 
-    def layouts(self, shape: Shape, split, rc, zero) -> Layout:
-        """The Layout of one candidate."""
+    def layouts(self, shape: Shape, split: tuple[int, ...] | None, rc, zero) -> Layout:
+        """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
-                      vpp=shape.vpp, sequence_parallel=shape.sp, first_stage_layers=split[0],
-                      last_stage_layers=split[1], recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
+                      vpp=shape.vpp, sequence_parallel=shape.sp,
+                      pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
+                      recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
                       rank_order=self.rank_order, **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp))
 
+    def splits(self, pp: int) -> int:
+        """Number of layer splits a configuration with pp ranks ranges over."""
+        return math.comb(self.num_layers - 1, pp - 1) if self.free_split else 1
+
     def size(self) -> int:
-        """Number of full candidate layouts."""
-        return sum(len(self.splits[(s.pp, s.vpp)]) * len(self.recomputes[(s.pp, s.vpp)]) * len(self.zeros[s.pp])
+        """Number of full candidate layouts (configurations x splits)."""
+        return sum(self.splits(s.pp) * len(self.recomputes[(s.pp, s.vpp)]) * len(self.zeros[s.pp])
                    for s in self.shapes)
+
+
+def pipeline_layers(num_layers: int, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """Layout.pipeline_layers for per-rank layer counts: None when the split is even and Megatron's
+    plain flags express it (every virtual stage equal), else each rank's layers spread over its
+    vpp chunks, the first chunks taking the remainder (stage i on rank i % pp, chunk i // pp)."""
+    if split is None:
+        return None
+    if len(split) != pp or sum(split) != num_layers:
+        raise PlannerError(f"internal: split {split} does not place {num_layers} layers on {pp} ranks")
+    if len(set(split)) == 1 and split[0] % vpp == 0:
+        return None
+    out = [0] * (pp * vpp)
+    for r, n in enumerate(split):
+        for c in range(vpp):
+            out[c * pp + r] = n // vpp + (1 if c < n % vpp else 0)
+    return tuple(out)
 
 
 def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) -> bool:
@@ -305,21 +330,6 @@ def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
     return (0, 3)
 
 
-def _splits(L: int, pp: int, v: int, allow_uneven: bool) -> tuple[tuple[int | None, int | None], ...]:
-    out: list[tuple[int | None, int | None]] = []
-    if not _pipeline_problems(L, pp, v, None, None):
-        out.append((None, None))
-    if pp > 1 and allow_uneven:
-        avg = L // pp
-        lo = max(v, avg - UNEVEN_SPAN * v)
-        for first in range(lo, avg + 1):
-            for last in range(lo, avg + 1):
-                if (first, last) != (avg, avg) or (None, None) not in out:
-                    if not _pipeline_problems(L, pp, v, first, last) and (first, last) not in out:
-                        out.append((first, last))
-    return tuple(out)
-
-
 # What each launch target cannot express (launch-configs.md §3-4): DeepSpeed has no context
 # parallelism, no interleaved pipeline and balances stages itself; torchtitan has no Megatron-style
 # uneven first/last counts; neither has "recompute the first N layers of each stage".
@@ -377,6 +387,7 @@ def build_space(
     tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
     max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" else 1
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
+    free = _allowed("uneven_stages", True, constraints)
     shapes = []
     worlds = range(1, world + 1) if allow_idle else [world]
     for n in worlds:
@@ -387,7 +398,7 @@ def build_space(
                 if n % (tp * cp):
                     continue
                 for pp in divisors(n // (tp * cp)):
-                    if not _allowed("pp", pp, constraints):
+                    if pp > L or not _allowed("pp", pp, constraints):
                         continue
                     dp = n // (tp * cp * pp)
                     if not _allowed("dp", dp, constraints) or gbs % dp:
@@ -395,7 +406,9 @@ def build_space(
                     for mbs in divisors(gbs // dp):
                         if not _allowed("micro_batch_size", mbs, constraints):
                             continue
-                        for v in ([d for d in divisors(L) if d <= MAX_VPP or "vpp" in constraints] if pp > 1 else [1]):
+                        for v in (range(1, L // pp + 1) if pp > 1 else [1]):
+                            if v > MAX_VPP and "vpp" not in constraints:
+                                break
                             if not _allowed("vpp", v, constraints):
                                 continue
                             for sp in ((False, True) if tp > 1 else (False,)):
@@ -405,16 +418,14 @@ def build_space(
                                              sequence_parallel=sp)
                                 probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                         pipeline_split=False)
-                                if not probs and _splits(L, pp, v, _allowed("uneven_stages", True, constraints)):
+                                if not probs and (free or not _pipeline_problems(L, pp, v, None, None)):
                                     shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
-    allow_uneven = _allowed("uneven_stages", True, constraints)
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
-    splits = {k: _splits(L, k[0], k[1], allow_uneven) for k in keys}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
              for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), splits, recomputes, zeros, order, allow_idle, framework)
+    return Space(tuple(shapes), recomputes, zeros, L, free, order, allow_idle, framework)
 
 
 def _shown(rule: Any) -> str:

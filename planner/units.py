@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["GB", "GiB", "MiB", "TB", "parse_quantity", "BYTES", "US"]
+__all__ = ["GB", "GiB", "MiB", "TB", "parse_quantity", "BYTES", "US", "count_text"]
 
 KB, MB, GB, TB = 1e3, 1e6, 1e9, 1e12
 KiB, MiB, GiB = 2.0**10, 2.0**20, 2.0**30
@@ -59,3 +59,8 @@ def parse_quantity(value: str | int | float, kind: str) -> float:
     if unit not in _UNITS or _UNITS[unit][0] != kind:
         raise ValueError(f"{value!r} is not a {kind} quantity")
     return float(number) * _SCALE[prefix] * _UNITS[unit][1]
+
+
+def count_text(n: int) -> str:
+    """A count for people: 14,448 up to a million, then 1.7e24 (layout spaces with every split)."""
+    return f"{n:,}" if n < 10**6 else f"{n:.1e}".replace("e+", "e")

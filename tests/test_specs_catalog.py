@@ -199,10 +199,10 @@ def test_cluster_override_and_bad_quantity():
 def test_gpu_capacity_is_what_the_driver_reports(cluster, mib):
     """Capacity is the driver's total in MiB, not the marketing GB read as decimal (an H100 '80 GB'
     is 76.3 GiB as decimal, 79.6 GiB as nvidia-smi reports it)."""
-    from planner.search import build_tables  # the solver's capacity in MiB is the same number
+    from planner.cpsat import build_rows  # the solver's capacity in MiB is the same number
     c = planner.load_cluster(cluster)
     assert c.gpu.memory == mib * 2**20
     m = planner.load_model("gpt3-1.3b")
     t = planner.TrainingSpec(global_batch_size=8, seq_length=2048)
     from planner.space import build_space
-    assert build_tables(m, c, t, build_space(m, c, t), prune=False).capacity_mib == mib
+    assert build_rows(m, c, t, build_space(m, c, t)).capacity_mib == mib

@@ -82,8 +82,11 @@ def megatron_path(tmp_path_factory):
 
 
 def _expected_split(p):
-    v = p.layout.vpp
-    return [[n // v] * v for n in stage_layers(p.model, p.layout)]
+    """Layers per rank and virtual stage the plan priced: its explicit split, else even chunks."""
+    lay, v = p.layout, p.layout.vpp
+    if lay.pipeline_layers is not None:
+        return [[lay.pipeline_layers[c * lay.pp + r] for c in range(v)] for r in range(lay.pp)]
+    return [[n // v] * v for n in stage_layers(p.model, lay)]
 
 
 def test_megatron_accepts_every_topk_plan(megatron_path):
@@ -96,6 +99,7 @@ def test_megatron_accepts_every_topk_plan(megatron_path):
                               for _, p in plans])
     rejected = [(name, p.layout.short(), r.line()) for (name, p), r in zip(plans, results) if not r.ok]
     assert rejected == []
+    assert any(p.layout.pipeline_layers is not None for _, p in plans)  # the search's own arbitrary splits
     for (name, p), r in zip(plans, results):
         assert r.details["layers_per_rank"] == _expected_split(p), name
         assert r.details["dp"] == p.layout.dp

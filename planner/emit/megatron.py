@@ -84,7 +84,7 @@ def megatron_args(plan: Plan) -> list[str]:
             raise PlannerError(f"Megatron: ZeRO-{lay.zero_stage} (Megatron-FSDP) is not emitted with pp({lay.pp}) > 1")
         strategy = "optim_grads" if lay.zero_stage == 2 else "optim_grads_params"
         a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy, "--ckpt-format", "fsdp_dtensor"]
-    # exactly the overlaps the plan was priced with (planner.cost.dp_time reads the same fields)
+    # exactly the overlaps the plan was priced with (planner.cost.stage_dp_time reads the same fields)
     if lay.overlap_grad_reduce:
         a += ["--overlap-grad-reduce"]
     if lay.overlap_param_gather:

@@ -1,0 +1,453 @@
+"""The CP-SAT model: configurations as Booleans, each pipeline rank's layer count as an integer.
+
+Rows first (integer coefficients from the same functions evaluate() uses, planner.cost and
+planner.memory; nothing here prices a whole layout):
+    pipeline rows, one per (shape, recompute): per rank, the micro-batch time as
+        StageCoefficients (per layer, per recomputed layer, fixed, exposed p2p) and the
+        activation memory as bytes per layer + fixed bytes (its in-flight micro-batches included);
+    static rows, one per (shape, ZeRO stage): per rank, weights/gradients/optimizer bytes per
+        layer + fixed bytes, and the update time (DP communication + optimizer) as a table over
+        the rank's layer count (bucketing makes it a step function).
+shape = (tp, pp, dp, cp, micro-batch, vpp, sp) is legal by planner.space.
+
+Model (variables, constraints, objective, as in the OR-Tools samples), per pipeline degree p:
+    n_r in [1, L - p + 1], sum n_r = L; n_1 <= ... <= n_(p-2) (middle ranks are interchangeable
+        but for their in-flight micro-batches, which fall with the rank: giving the later ranks
+        the larger counts loses no optimum -- an exchange argument, see _add_group);
+    T_r >= per_layer n_r + per_recomputed rc(n_r) + fixed + e_r,  e_r >= p2p - hidden n_r, e_r >= 0
+        (enforced by the chosen pipeline row); T_max >= T_r;
+    v PIPE >= (v m - 1) T_max + sum T_r     (1F1B fill and drain; interleaving shrinks them v-fold)
+    UPD >= table_j[n_r] for every rank (the slowest rank's update; AddElement);
+    2^20 ACT_r >= act bytes, 2^20 STAT_r >= static bytes, ACT_r + STAT_r <= capacity (MiB).
+One pipeline row and one static row of the same shape are chosen; objective = PIPE + UPD in
+integer microseconds (or-tools #3639: no floats). evaluate() rebuilds the same integers from a Layout
+(Plan.time.objective_us), so every returned plan re-evaluates to the solver's objective exactly.
+Memory coefficients are rounded up to whole bytes, so a plan the model accepts always fits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from planner.cost import StageCoefficients, us_units, stage_coefficients, stage_optimizer_time, stage_update_time
+from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
+from planner.plans import MEM_UNIT_BYTES
+from planner.space import Shape, Space
+from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_microbatches
+
+__all__ = ["Rows", "build_rows", "Model", "build_model", "solver", "TIME_CAP_US", "MEM_CAP_MIB"]
+
+TIME_CAP_US = 2**42
+"""Steps slower than 2^42 us (51 days) are dropped: they keep CP-SAT's sums far from int64."""
+STAGE_CAP_US = 2**36
+"""A rank's micro-batch time above 2^36 us (19 h) drops the row, for the same reason."""
+MEM_CAP_MIB = 2**40
+"""Memory figures are clamped at 2^40 MiB (1 EiB)."""
+NUM_WORKERS = 8
+RANDOM_SEED = 0
+
+
+@dataclass
+class PipeRow:
+    """One (shape, recompute) choice."""
+
+    shape: int
+    rc: int
+    m: int
+    v: int
+    min_layers: int
+    """Layers every rank must hold (a partial recompute of R layers needs n >= R)."""
+    recompute: str
+    """'none' (rc(n) = 0), 'all' (rc(n) = n) or 'fixed' (rc(n) = min_layers)."""
+    time: tuple[StageCoefficients, ...]
+    lower: int
+    """A lower bound on the pipeline term over every split (see _pipe_lower)."""
+    act: tuple[tuple[int, int], ...] | None = None
+    """Per rank: (bytes per layer, fixed bytes) of the non-static items (None until materialised)."""
+
+
+@dataclass
+class StaticRow:
+    """One (shape, ZeRO stage) choice."""
+
+    shape: int
+    zero: int
+    lower: int
+    """A lower bound on the update term: the optimizer step of a middle rank holding ceil(L/p) layers
+    (some rank holds at least that many, and the DP term is never negative)."""
+    mem: tuple[tuple[int, int], ...] | None = None
+    """Per rank: (bytes per layer, fixed bytes) of weights, gradients, optimizer states."""
+    update: tuple[tuple[int, ...], ...] | None = None
+    """Per rank: update microseconds for n = 0 .. L - p + 1 layers (entries a rank cannot hold are padded)."""
+
+
+@dataclass
+class Rows:
+    """What the CP-SAT model reads: every configuration's time coefficients and lower bounds, and
+    -- materialised for the configurations a bound leaves in play -- memory and update tables."""
+
+    space: Space
+    problem: tuple[ModelSpec, ClusterSpec, TrainingSpec]
+    pipe: list[PipeRow] = field(default_factory=list)
+    static: list[StaticRow] = field(default_factory=list)
+    capacity_mib: int = 0
+    complete: bool = True
+    """False when the deadline stopped tabulation: the rows then cover only part of the space."""
+    too_slow: int = 0
+    """Rows dropped because a step would take longer than TIME_CAP_US."""
+    _updates: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        """L."""
+        return self.problem[0].num_layers
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Every (pipeline row, static row) pair of the same shape, by lower bound, then row order."""
+        by_shape: dict[int, list[int]] = {}
+        for j, row in enumerate(self.static):
+            by_shape.setdefault(row.shape, []).append(j)
+        out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())]
+        return sorted(out, key=lambda ij: (self.lower(*ij), ij))
+
+    def lower(self, i: int, j: int) -> int:
+        """A lower bound on the objective of configuration (i, j) over every split."""
+        return self.pipe[i].lower + self.static[j].lower
+
+    def fits(self, i: int, j: int) -> bool:
+        """Whether some split of configuration (i, j) fits in GPU memory (see fits_within)."""
+        return self.fits_within(i, j, self.capacity_mib)
+
+    def fits_within(self, i: int, j: int, cap_mib: int) -> bool:
+        """Whether some split of configuration (i, j) keeps every rank within cap_mib -- exact for
+        the model's memory constraints: they only cap each rank's layers, so a split exists iff
+        every rank can hold the minimum and the caps add up to L. Materialises the memory rows."""
+        return self.split_within(i, j, cap_mib) is not None
+
+    def split_within(self, i: int, j: int, cap_mib: int) -> tuple[int, ...] | None:
+        """A split of configuration (i, j) within cap_mib per rank (the caps filled from the first
+        rank on; the even one where the space has no other), or None."""
+        self.materialise([(i, j)], update=False)
+        pr, sr = self.pipe[i], self.static[j]
+        L = self.num_layers
+        p = len(pr.time)
+        caps = [_most_layers(pr.act[r], sr.mem[r], cap_mib, L - p + 1) for r in range(p)]
+        if not self.space.free_split:  # even splits only
+            return (L // p,) * p if min(caps) >= max(L // p, pr.min_layers) else None
+        if min(caps) < pr.min_layers or sum(caps) < L or pr.min_layers * p > L:
+            return None
+        split, left = [pr.min_layers] * p, L - pr.min_layers * p
+        for r in range(p):
+            extra = min(caps[r] - split[r], left)
+            split[r] += extra
+            left -= extra
+        return tuple(split)
+
+    def materialise(self, pairs: list[tuple[int, int]], *, update: bool = True) -> None:
+        """Fill in the memory coefficients (and, with update, the update tables) of these rows."""
+        model, cluster, training = self.problem
+        L = model.num_layers
+        for i in sorted({i for i, _ in pairs}):
+            row = self.pipe[i]
+            if row.act is None:
+                sh = self.space.shapes[row.shape]
+                lay = self.space.layouts(sh, None, self.space.recomputes[(sh.pp, sh.vpp)][row.rc], 0)
+                row.act = _activation_rows(model, cluster, training, lay, row.min_layers)
+        for j in sorted({j for _, j in pairs}):
+            row = self.static[j]
+            sh = self.space.shapes[row.shape]
+            p, hi = sh.pp, L - sh.pp + 1
+            lay = self.space.layouts(sh, None, ("none", None), row.zero)
+            if row.mem is None:
+                kinds = {r: _linear(lambda n, r=r: _bytes(stage_static_items(model, training, lay, r, n)), 1)
+                         for r in _distinct(p)}
+                row.mem = tuple(kinds[_distinct(p)[_kind(r, p)]] for r in range(p))
+            if update and row.update is None:
+                key = (lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
+                if key not in self._updates:
+                    upd = []
+                    for r in _distinct(p):
+                        most = _most_layers((0, 0), row.mem[r], self.capacity_mib, hi)
+                        vals = [stage_update_time(model, cluster, training, lay, r, n).units
+                                for n in range(1, max(1, most) + 1)]
+                        upd.append(tuple([vals[0]] + vals + [max(vals)] * (hi - max(1, most))))
+                    self._updates[key] = tuple(upd)
+                upd = self._updates[key]
+                row.update = tuple(upd[_kind(r, p)] for r in range(p))
+                floor = max(min(u[1:]) for u in upd)  # the slowest rank's update is at least each rank's least
+                row.lower = max(row.lower, floor)
+
+
+def _most_layers(act: tuple[int, int], mem: tuple[int, int], cap_mib: int, hi: int) -> int:
+    """The most layers (<= hi) a rank holds within cap_mib, with both parts rounded up to MiB as
+    the model rounds them (0 when even one layer does not fit)."""
+    def mib(per_fixed, n):
+        return -(-(per_fixed[0] * n + per_fixed[1]) // MEM_UNIT_BYTES)
+
+    per = act[0] + mem[0]
+    n = hi if per <= 0 else min(hi, max(0, (cap_mib * MEM_UNIT_BYTES - act[1] - mem[1]) // per))
+    while n > 0 and mib(act, n) + mib(mem, n) > cap_mib:
+        n -= 1
+    while n < hi and mib(act, n + 1) + mib(mem, n + 1) <= cap_mib:
+        n += 1
+    return n
+
+
+def _activation_rows(model, cluster, training, lay, n0: int) -> tuple[tuple[int, int], ...]:
+    """Per rank (bytes per layer, fixed bytes) of stage_activation_items, linear in the layers from
+    n0 on. Middle ranks differ only in their in-flight micro-batches, in which the items are
+    affine, so two middle ranks with different counts give every middle rank's coefficients."""
+    p = lay.pp
+    m = num_microbatches(training, lay)
+
+    def at(r):
+        return _linear(lambda n: _bytes(stage_activation_items(model, cluster, training, lay, r, n)), n0)
+
+    out = {r: at(r) for r in _distinct(p)}
+    if p > 3:
+        flight = [in_flight_microbatches(lay, r, m) for r in range(p)]
+        r2 = next((r for r in range(2, p - 1) if flight[r] != flight[1]), None)
+        if r2 is not None:
+            out[r2] = at(r2)
+            f1, f2 = flight[1], flight[r2]
+            for r in range(2, p - 1):
+                if r not in out:
+                    out[r] = tuple(math.ceil(a + (flight[r] - f1) * (b - a) / (f2 - f1) - 1e-6)
+                                   for a, b in zip(out[1], out[r2]))
+        else:
+            for r in range(2, p - 1):
+                out[r] = out[1]
+    return tuple(out[r] for r in range(p))
+
+
+def _linear(f, n0: int) -> tuple[int, int]:
+    """(per layer, fixed) whole bytes of an affine function of the layer count, rounded up."""
+    a, b = f(n0), f(n0 + 1)
+    slope = b - a
+    return math.ceil(slope - 1e-6), math.ceil(a - slope * n0 - 1e-6)
+
+
+def _bytes(items) -> float:
+    return sum(i.bytes for i in items)
+
+
+def _rc_kind(rc: tuple[str, int | None]) -> tuple[str, int]:
+    if rc[0] == Recompute.NONE.value:
+        return "none", 1
+    if rc[0] == Recompute.FULL.value and rc[1] is not None:
+        return "fixed", max(1, rc[1])
+    return "all", 1
+
+
+def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space,
+               *, deadline: float | None = None) -> Rows:
+    """Every configuration's time coefficients and lower bounds (see the module docstring); memory
+    and update tables come later, for the rows a bound keeps (Rows.materialise). With a deadline
+    (time.perf_counter() value) tabulation stops there and marks the rows incomplete."""
+    L = model.num_layers
+    t = Rows(space, (model, cluster, training), capacity_mib=int(cluster.gpu.memory // MEM_UNIT_BYTES))
+    for si, sh in enumerate(space.shapes):
+        if deadline is not None and time.perf_counter() > deadline:
+            t.complete = False
+            break
+        p = sh.pp
+        for ri, rc in enumerate(space.recomputes[(sh.pp, sh.vpp)]):
+            lay = space.layouts(sh, None, rc, 0)
+            kind, lo = _rc_kind(rc)
+            coef = [stage_coefficients(model, cluster, training, lay, r) for r in _distinct(p)]
+            times = tuple(coef[_kind(r, p)] for r in range(p))
+            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo if kind == "fixed" else 1, kind, times, 0)
+            row.lower = _pipe_lower(L, row)
+            if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
+                t.too_slow += 1
+                continue
+            t.pipe.append(row)
+        for z in space.zeros[sh.pp]:
+            lay = space.layouts(sh, None, ("none", None), z)
+            lower = us_units(stage_optimizer_time(model, cluster, training, lay, min(1, p - 1), -(-L // p)))
+            t.static.append(StaticRow(si, z, lower))
+    return t
+
+
+def _distinct(p: int) -> list[int]:
+    """Ranks whose coefficients differ by position: the first, a middle one, the last."""
+    return sorted({0, min(1, p - 1), p - 1})
+
+
+def _kind(r: int, p: int) -> int:
+    return _distinct(p).index(0 if r == 0 else (p - 1 if r == p - 1 else 1))
+
+
+@dataclass
+class Model:
+    """A built CP-SAT model and the handles the search reads back."""
+
+    model: cp_model.CpModel
+    x: dict[int, Any]
+    """pipeline row index -> Boolean."""
+    y: dict[int, Any]
+    """static row index -> Boolean."""
+    layers: dict[int, list]
+    """pp -> the per-rank layer-count variables."""
+    objective: Any
+    peak: Any
+    rank: Any
+
+
+def build_model(rows: Rows, pairs: list[tuple[int, int]], *, memory: bool = True) -> Model | None:
+    """The CP-SAT model over the configurations `pairs` (pipeline row, static row) and every split
+    (see the module docstring); None when there is none.
+
+    memory=False drops the capacity constraint and the update term (the smallest-peak question)."""
+    space = rows.space
+    shapes = space.shapes
+    xs = [ij for ij in pairs]
+    if not xs:
+        return None
+    rows.materialise(xs, update=memory)
+    px = sorted({i for i, _ in xs})
+    sy = sorted({j for _, j in xs})
+    m = cp_model.CpModel()
+    x = {i: m.new_bool_var(f"x{i}") for i in px}
+    y = {j: m.new_bool_var(f"y{j}") for j in sy}
+    m.add_exactly_one(x.values())
+    by_shape: dict[int, tuple[list[int], list[int]]] = {}
+    for i in px:
+        by_shape.setdefault(rows.pipe[i].shape, ([], []))[0].append(i)
+    for j in sy:
+        by_shape.setdefault(rows.static[j].shape, ([], []))[1].append(j)
+    for pi, sj in by_shape.values():
+        m.add(sum(x[i] for i in pi) == sum(y[j] for j in sj))
+    cap = rows.capacity_mib
+    groups: dict[int, tuple[list[int], list[int]]] = {}
+    for i in px:
+        groups.setdefault(shapes[rows.pipe[i].shape].pp, ([], []))[0].append(i)
+    for j in sy:
+        groups.setdefault(shapes[rows.static[j].shape].pp, ([], []))[1].append(j)
+    layers, pipes, updates, peaks = {}, [], [], []
+    for p, (pi, sj) in sorted(groups.items()):
+        n, pipe, upd, peak = _add_group(m, rows, p, pi, sj, x, y, cap if memory else None)
+        layers[p] = n
+        pipes.append(pipe)
+        updates.append(upd)
+        peaks.append(peak)
+    objective = m.new_int_var(0, 2 * TIME_CAP_US, "objective")
+    m.add(objective == sum(pipes) + sum(updates))
+    # each configuration's lower bound over all splits, as a cut: it gives the relaxation the
+    # bound the enforced constraints alone do not
+    m.add(objective >= sum(rows.pipe[i].lower * x[i] for i in px) + sum(rows.static[j].lower * y[j] for j in sy))
+    peak = m.new_int_var(0, 2 * MEM_CAP_MIB, "peak")
+    for q in peaks:
+        m.add(peak >= q)
+    allowed = set(xs)
+    for i in px:  # a pipeline row goes only with the static rows it is paired with here
+        for j in by_shape[rows.pipe[i].shape][1]:
+            if (i, j) not in allowed:
+                m.add_bool_or([x[i].Not(), y[j].Not()])
+    rank = sum(4 * i * x[i] for i in px) + sum(rows.static[j].zero * y[j] for j in sy)
+    return Model(m, x, y, layers, objective, peak, rank)
+
+
+def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[int], x, y, cap: int | None):
+    """Variables and constraints of one pipeline degree (shared by its rows: one row is chosen)."""
+    L = rows.num_layers
+    hi = L - p + 1
+    if rows.space.free_split:
+        n = [m.new_int_var(1, hi, f"n{p}_{r}") for r in range(p)]
+    else:  # the target balances stages itself: even splits only (the space keeps p | L)
+        n = [m.new_int_var(L // p, L // p, f"n{p}_{r}") for r in range(p)]
+    m.add(sum(n) == L)
+    # Middle ranks differ only in in-flight micro-batches, which do not rise with the rank, so the
+    # later the rank, the fewer bytes per layer. Swapping two middle ranks' counts so the later
+    # one holds more keeps every time term (they are the same function of n) and keeps memory
+    # within capacity: the larger count moves to the rank with the smaller per-layer bytes.
+    for r in range(1, p - 2):
+        m.add(n[r] <= n[r + 1])
+    tcap = min(STAGE_CAP_US, 2**56 // max(rows.pipe[i].v * rows.pipe[i].m for i in pi)) if pi else STAGE_CAP_US
+    t = [m.new_int_var(0, tcap, f"t{p}_{r}") for r in range(p)]
+    tmax = m.new_int_var(0, tcap, f"tmax{p}")
+    for r in range(p):
+        m.add(tmax >= t[r])
+    pipe = m.new_int_var(0, TIME_CAP_US, f"pipe{p}")
+    need_e = any(rows.pipe[i].time[r].p2p_hidden > 0 for i in pi for r in range(p))
+    e = [m.new_int_var(0, tcap, f"e{p}_{r}") for r in range(p)] if need_e else None
+    act = [m.new_int_var(0, MEM_CAP_MIB, f"act{p}_{r}") for r in range(p)]
+    stat = [m.new_int_var(0, MEM_CAP_MIB, f"stat{p}_{r}") for r in range(p)]
+    for i in pi:
+        row, lit = rows.pipe[i], x[i]
+        if row.min_layers > 1:
+            for r in range(p):
+                m.add(n[r] >= row.min_layers).only_enforce_if(lit)
+        for r in range(p):
+            c = row.time[r]
+            rc = {"none": 0, "all": c.per_recomputed * n[r], "fixed": c.per_recomputed * row.min_layers}[row.recompute]
+            if c.p2p_hidden > 0:
+                m.add(e[r] >= c.p2p - c.p2p_hidden * n[r]).only_enforce_if(lit)
+                exposed = e[r]
+            else:
+                exposed = c.p2p
+            m.add(t[r] >= c.per_layer * n[r] + rc + c.fixed + exposed).only_enforce_if(lit)
+            per, fixed = row.act[r]
+            m.add(MEM_UNIT_BYTES * act[r] >= per * n[r] + fixed).only_enforce_if(lit)
+        m.add(row.v * pipe >= (row.v * row.m - 1) * tmax + sum(t)).only_enforce_if(lit)
+    m.add(pipe >= sum(rows.pipe[i].lower * x[i] for i in pi))
+    upd = m.new_int_var(0, TIME_CAP_US, f"upd{p}")
+    m.add(upd >= sum(rows.static[j].lower * y[j] for j in sj))
+    # the update tables read n through its value encoding (one Boolean per count, shared by every
+    # static row of the group): a linear form, tight in the relaxation, instead of one element each
+    eq: dict[int, list] = {}
+    for j in sj:
+        row, lit = rows.static[j], y[j]
+        for r in (_update_ranks(row, p) if row.update is not None else ()):
+            if r not in eq:
+                eq[r] = [m.new_bool_var("") for _ in range(hi + 1)]
+                m.add(eq[r][0] == 0)
+                m.add_exactly_one(eq[r])
+                m.add(n[r] == sum(k * b for k, b in enumerate(eq[r])))
+            base = min(row.update[r][1:])
+            m.add(upd >= base + sum((v - base) * b for v, b in zip(row.update[r], eq[r]) if v != base)).only_enforce_if(lit)
+        for r in range(p):
+            per, fixed = row.mem[r]
+            m.add(MEM_UNIT_BYTES * stat[r] >= per * n[r] + fixed).only_enforce_if(lit)
+    peak = m.new_int_var(0, 2 * MEM_CAP_MIB, f"peak{p}")
+    for r in range(p):
+        m.add(peak >= act[r] + stat[r])
+        if cap is not None:
+            m.add(act[r] + stat[r] <= cap)
+    return n, pipe, upd, peak
+
+
+def _update_ranks(row: StaticRow, p: int) -> list[int]:
+    """Ranks whose update term can be the largest: all, unless the middle ranks' table is monotone
+    (then the middle rank with the fewest or the most layers speaks for them, n being sorted)."""
+    if p <= 3:
+        return list(range(p))
+    mid = row.update[1]
+    if all(a <= b for a, b in zip(mid, mid[1:])):
+        return [0, p - 2, p - 1]
+    if all(a >= b for a, b in zip(mid, mid[1:])):
+        return [0, 1, p - 1]
+    return list(range(p))
+
+
+def _pipe_lower(L: int, row: PipeRow) -> int:
+    """A lower bound on the pipeline term over every split: sum T_r >= per_layer L + the fixed
+    terms, and T_max >= their mean."""
+    p = len(row.time)
+    total = sum(c.per_layer for c in row.time) * L / p + sum(c.fixed for c in row.time)
+    mean = total / p
+    return int((row.v * row.m - 1) * mean / row.v + total / row.v)
+
+
+def solver(time_limit_s: float, *, workers: int = NUM_WORKERS) -> cp_model.CpSolver:
+    """A CP-SAT solver with the search's fixed parameters."""
+    s = cp_model.CpSolver()
+    s.parameters.max_time_in_seconds = max(0.001, time_limit_s)
+    s.parameters.num_workers = workers
+    s.parameters.random_seed = RANDOM_SEED
+    return s
