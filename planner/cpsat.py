@@ -18,11 +18,11 @@ Model (variables, constraints, objective, as in the OR-Tools samples), per pipel
         (enforced by the chosen pipeline row); T_max >= T_r;
     v PIPE >= (v m - 1) T_max + sum T_r     (1F1B fill and drain; interleaving shrinks them v-fold)
     UPD >= table_j[n_r] for every rank (the slowest rank's update; AddElement);
-    2^20 ACT_r >= act bytes, 2^20 STAT_r >= static bytes, ACT_r + STAT_r <= capacity (MiB).
+    1024 ACT_r >= act KiB, 1024 STAT_r >= static KiB, ACT_r + STAT_r <= capacity (MiB).
 One pipeline row and one static row of the same shape are chosen; objective = PIPE + UPD in
 integer microseconds (or-tools #3639: no floats). evaluate() rebuilds the same integers from a Layout
 (Plan.time.objective_us), so every returned plan re-evaluates to the solver's objective exactly.
-Memory coefficients are rounded up to whole bytes, so a plan the model accepts always fits.
+Memory coefficients are rounded up to whole KiB, so a plan the model accepts always fits.
 """
 
 from __future__ import annotations
@@ -43,11 +43,16 @@ from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_m
 __all__ = ["Rows", "build_rows", "Model", "build_model", "solver", "TIME_CAP_US", "MEM_CAP_MIB"]
 
 TIME_CAP_US = 2**42
-"""Steps slower than 2^42 us (51 days) are dropped: they keep CP-SAT's sums far from int64."""
+"""Steps slower than 2^42 us (51 days) are dropped: they keep CP-SAT's sums far from int64. The
+units are chosen small on purpose: with times in ns (coefficients 1e10, domains 2^52) CP-SAT 9.15's
+presolve reported a worse objective as optimal on GPT-1T / 32,768 GPUs."""
 STAGE_CAP_US = 2**36
 """A rank's micro-batch time above 2^36 us (19 h) drops the row, for the same reason."""
-MEM_CAP_MIB = 2**40
-"""Memory figures are clamped at 2^40 MiB (1 EiB)."""
+MEM_CAP_MIB = 2**30
+"""Memory figures are clamped at 2^30 MiB (1 PiB per GPU)."""
+KIB_PER_MIB = 1024
+"""Memory coefficients are whole KiB (rounded up): with bytes (1e10 per layer) CP-SAT 9.15 proved
+wrong optima on the largest cases; the magnitudes, not the model, were at fault (see TIME_CAP_US)."""
 NUM_WORKERS = 8
 RANDOM_SEED = 0
 
@@ -187,10 +192,10 @@ def _most_layers(act: tuple[int, int], mem: tuple[int, int], cap_mib: int, hi: i
     """The most layers (<= hi) a rank holds within cap_mib, with both parts rounded up to MiB as
     the model rounds them (0 when even one layer does not fit)."""
     def mib(per_fixed, n):
-        return -(-(per_fixed[0] * n + per_fixed[1]) // MEM_UNIT_BYTES)
+        return -(-(per_fixed[0] * n + per_fixed[1]) // KIB_PER_MIB)
 
     per = act[0] + mem[0]
-    n = hi if per <= 0 else min(hi, max(0, (cap_mib * MEM_UNIT_BYTES - act[1] - mem[1]) // per))
+    n = hi if per <= 0 else min(hi, max(0, (cap_mib * KIB_PER_MIB - act[1] - mem[1]) // per))
     while n > 0 and mib(act, n) + mib(mem, n) > cap_mib:
         n -= 1
     while n < hi and mib(act, n + 1) + mib(mem, n + 1) <= cap_mib:
@@ -217,7 +222,7 @@ def _activation_rows(model, cluster, training, lay, n0: int) -> tuple[tuple[int,
             f1, f2 = flight[1], flight[r2]
             for r in range(2, p - 1):
                 if r not in out:
-                    out[r] = tuple(math.ceil(a + (flight[r] - f1) * (b - a) / (f2 - f1) - 1e-6)
+                    out[r] = tuple(math.ceil(a + (flight[r] - f1) * (b - a) / (f2 - f1) - 1e-9)
                                    for a, b in zip(out[1], out[r2]))
         else:
             for r in range(2, p - 1):
@@ -226,10 +231,10 @@ def _activation_rows(model, cluster, training, lay, n0: int) -> tuple[tuple[int,
 
 
 def _linear(f, n0: int) -> tuple[int, int]:
-    """(per layer, fixed) whole bytes of an affine function of the layer count, rounded up."""
+    """(per layer, fixed) whole KiB of an affine function of the layer count (bytes), rounded up."""
     a, b = f(n0), f(n0 + 1)
     slope = b - a
-    return math.ceil(slope - 1e-6), math.ceil(a - slope * n0 - 1e-6)
+    return math.ceil(slope / 1024 - 1e-9), math.ceil((a - slope * n0) / 1024 - 1e-9)
 
 
 def _bytes(items) -> float:
@@ -393,7 +398,7 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
                 exposed = c.p2p
             m.add(t[r] >= c.per_layer * n[r] + rc + c.fixed + exposed).only_enforce_if(lit)
             per, fixed = row.act[r]
-            m.add(MEM_UNIT_BYTES * act[r] >= per * n[r] + fixed).only_enforce_if(lit)
+            m.add(KIB_PER_MIB * act[r] >= per * n[r] + fixed).only_enforce_if(lit)
         m.add(row.v * pipe >= (row.v * row.m - 1) * tmax + sum(t)).only_enforce_if(lit)
     m.add(pipe >= sum(rows.pipe[i].lower * x[i] for i in pi))
     upd = m.new_int_var(0, TIME_CAP_US, f"upd{p}")
@@ -413,7 +418,7 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
             m.add(upd >= base + sum((v - base) * b for v, b in zip(row.update[r], eq[r]) if v != base)).only_enforce_if(lit)
         for r in range(p):
             per, fixed = row.mem[r]
-            m.add(MEM_UNIT_BYTES * stat[r] >= per * n[r] + fixed).only_enforce_if(lit)
+            m.add(KIB_PER_MIB * stat[r] >= per * n[r] + fixed).only_enforce_if(lit)
     peak = m.new_int_var(0, 2 * MEM_CAP_MIB, f"peak{p}")
     for r in range(p):
         m.add(peak >= act[r] + stat[r])
