@@ -106,6 +106,8 @@ class Rows:
     too_slow: int = 0
     """Rows dropped because a step would take longer than TIME_CAP_US."""
     _updates: dict = field(default_factory=dict)
+    _pairs: list | None = None
+    _first: dict = field(default_factory=dict)
 
     @property
     def num_layers(self) -> int:
@@ -117,12 +119,19 @@ class Rows:
         by_shape: dict[int, list[int]] = {}
         for j, row in enumerate(self.static):
             by_shape.setdefault(row.shape, []).append(j)
-        out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())]
-        return sorted(out, key=lambda ij: (self.lower(*ij), ij))
+        if self._pairs is None:
+            out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())]
+            self._first = {ij: self.lower(*ij) for ij in out}
+            self._pairs = sorted(out, key=lambda ij: (self._first[ij], ij))
+        return self._pairs
 
     def lower(self, i: int, j: int) -> int:
         """A lower bound on the objective of configuration (i, j) over every split."""
         return self.pipe[i].lower + self.static[j].lower
+
+    def first_lower(self, i: int, j: int) -> int:
+        """The lower bound pairs() sorted by (materialising rows can only raise lower())."""
+        return self._first[(i, j)]
 
     def fits(self, i: int, j: int) -> bool:
         """Whether some split of configuration (i, j) fits in GPU memory (see fits_within)."""

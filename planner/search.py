@@ -74,17 +74,17 @@ def _solve(rows: Rows, pairs, deadline: float, limit: int | None, *, workers: in
     return st, _read(s, h, rows), math.ceil(s.best_objective_bound - 1e-6)
 
 
-def _best(rows: Rows, deadline: float, exclude=frozenset(), stats: SearchStats | None = None, start: float = 0.0):
-    """The fastest configuration and split not in `exclude`, ties broken by peak memory and then
-    the configuration order.
+def _best(rows: Rows, deadline: float, stats: SearchStats | None = None, start: float = 0.0):
+    """The fastest configuration and split, ties broken by peak memory and then the configuration
+    order.
 
     Returns (status, found, lower bound); status is a cp_model status: OPTIMAL (proven),
     FEASIBLE (a layout and a proven lower bound), UNKNOWN (time ran out before any layout),
     INFEASIBLE (nothing fits). Configurations go to CP-SAT in chunks of CHUNK, in lower-bound
     order, skipping those no split fits (Rows.fits); each chunk is solved with the objective
     capped by the best so far, until the next lower bound exceeds it."""
-    pairs = [ij for ij in rows.pairs() if ij not in exclude]
-    first = [rows.lower(*ij) for ij in pairs]  # sorted; materialising can only raise a bound
+    pairs = rows.pairs()
+    first = [rows.first_lower(*ij) for ij in pairs]  # sorted; materialising can only raise a bound
     best, ties, pos = None, [], 0
     while True:
         limit = best.objective if best else None
@@ -136,6 +136,32 @@ def _out_of_time(rows: Rows, pairs, pos: int, best):
     rest = [rows.lower(*ij) for ij in pairs[pos:]]
     lower = min([best.objective, *rest])
     return cp_model.FEASIBLE, best, lower
+
+
+def _runners_up(rows: Rows, deadline: float, best: _Found, count: int) -> list[_Found]:
+    """The next `count` configurations after `best`, each with its best split, ranked by time
+    (then the configuration order). Configurations are taken in lower-bound order and CP-SAT
+    solves each one's split on its own; the walk stops when the next bound exceeds the count-th
+    time found (or at the deadline, with what it has)."""
+    if count <= 0:
+        return []
+    out: list[_Found] = []
+    for i, j in rows.pairs():
+        if (i, j) == (best.pipe, best.static):
+            continue
+        kth = sorted(f.objective for f in out)[count - 1] if len(out) >= count else None
+        if kth is not None and rows.lower(i, j) > kth:
+            if rows.first_lower(i, j) > kth:
+                break
+            continue
+        if time.perf_counter() > deadline:
+            break
+        if not rows.fits(i, j):
+            continue
+        st, f, _ = _solve(rows, [(i, j)], deadline, kth, workers=1)
+        if st == cp_model.OPTIMAL:
+            out.append(f)
+    return sorted(out, key=lambda f: (f.objective, f.pipe, f.static))[:count]
 
 
 def _to_plan_layout(rows: Rows, f: _Found):
@@ -238,19 +264,13 @@ def _solve_space(model, cluster, training, space, deadline, top_k, stats: Search
     else:
         status = "optimal" if st == cp_model.OPTIMAL else "feasible"
         gap = (found.objective - lower) / found.objective if found.objective else 0.0
-    done, plans = [found], []
-    while True:
-        p = _to_plan(model, cluster, training, rows, found)
-        if p.time.objective_us != found.objective or not p.fits:
+    plans = []
+    for f in [found, *_runners_up(rows, deadline, found, top_k - 1)]:
+        p = _to_plan(model, cluster, training, rows, f)
+        if p.time.objective_us != f.objective or not p.fits:
             raise PlannerError(f"internal: the solver's plan re-evaluates to {p.time.objective_us} us "
-                               f"(solver {found.objective} us, fits={p.fits}); please report this")
+                               f"(solver {f.objective} us, fits={p.fits}); please report this")
         plans.append(p)
-        if len(plans) == top_k or time.perf_counter() > deadline:
-            break
-        st, found, _ = _best(rows, deadline, exclude=frozenset((f.pipe, f.static) for f in done))
-        if found is None or st != cp_model.OPTIMAL:
-            break
-        done.append(found)
     return status, plans, gap, rows
 
 
