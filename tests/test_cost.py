@@ -475,3 +475,38 @@ def test_scaleout_latency_grows_with_the_nodes_a_group_spans():
     two = placement(c, (2, 8))
     assert latency(c, two, "allgather") == pytest.approx(20e-6)  # one crossing: the tier's own alpha
     assert latency(c, two, "allreduce") == pytest.approx(20e-6 + 9.6e-6)  # ring 2 steps < tree 2 levels
+
+
+@pytest.mark.parametrize("v,split", [(1, (6, 10, 10, 6)), (1, (9, 8, 8, 7)), (2, (3, 5, 5, 3, 3, 5, 5, 3)),
+                                     (4, None)])
+def test_integer_objective_is_the_pipeline_in_microseconds(v, split):
+    """The search ranks by Plan.time.objective_us, built from per-rank coefficients rounded up to
+    whole microseconds. It must be the float pipeline + update time within that rounding: at most
+    (layers + 4) us per rank and micro-batch, i.e. (m + p)(max layers + 4) us over the step."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096)
+    p = evaluate(m, c, tr, Layout(pp=4, dp=2, vpp=v, pipeline_layers=split))
+    pipe, mb = p.time.pipeline, p.time.pipeline.num_microbatches
+    slack_us = (mb + 4) * (max(s.layers for s in pipe.stages) + 4) + 1
+    assert abs(p.time.objective_us - (pipe.total + p.time.update.total) * 1e6) <= slack_us
+    # the fill and drain is what separates these splits: it is far above the rounding
+    t = [s.total for s in pipe.stages]
+    assert (sum(t) - max(t)) / v * 1e6 > 10 * slack_us
+
+
+def test_update_waits_for_the_rank_with_the_most_parameters():
+    """With dp = 1 there is no DP traffic; the step's update is the Adam pass of the slowest rank:
+    32 bytes of HBM traffic per parameter it holds. Split 6|6|6|14 of Llama-3-8B: the last rank
+    holds 14 layers and the output layer (hand count from the model card's shapes)."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096)
+    h, f, V, a, g, d = 4096, 14336, 128256, 32, 8, 128
+    per_layer = h * (a * d + 2 * g * d) + a * d * h + 3 * h * f + 2 * h  # QKV, out-proj, SwiGLU, two norms
+    last = 14 * per_layer + V * h + h  # + output layer and the final norm
+    p = evaluate(m, c, tr, Layout(pp=4, dp=1, tp=2, pipeline_layers=(6, 6, 6, 14)))
+    expect = last / 2 * 32 / (c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency)
+    assert p.time.update.stage == 3
+    assert p.time.optimizer == pytest.approx(expect, rel=2e-3)
+    assert p.time.dp_exposed == 0.0
