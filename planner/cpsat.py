@@ -4,9 +4,9 @@ Rows first (integer coefficients from the same functions evaluate() uses, planne
 planner.memory; nothing here prices a whole layout):
     pipeline rows, one per (shape, recompute): per rank, the micro-batch time as
         StageCoefficients (per layer, per recomputed layer, fixed, exposed p2p) and the
-        activation memory as bytes per layer + fixed bytes (its in-flight micro-batches included);
-    static rows, one per (shape, ZeRO stage): per rank, weights/gradients/optimizer bytes per
-        layer + fixed bytes, and the update time (DP communication + optimizer) as a table over
+        activation memory as KiB per layer + fixed KiB (its in-flight micro-batches included);
+    static rows, one per (shape, ZeRO stage): per rank, weights/gradients/optimizer KiB per
+        layer + fixed KiB, and the update time (DP communication + optimizer) as a table over
         the rank's layer count (bucketing makes it a step function).
 shape = (tp, pp, dp, cp, micro-batch, vpp, sp) is legal by planner.space.
 
@@ -17,7 +17,8 @@ Model (variables, constraints, objective, as in the OR-Tools samples), per pipel
     T_r >= per_layer n_r + per_recomputed rc(n_r) + fixed + e_r,  e_r >= p2p - hidden n_r, e_r >= 0
         (enforced by the chosen pipeline row); T_max >= T_r;
     v PIPE >= (v m - 1) T_max + sum T_r     (1F1B fill and drain; interleaving shrinks them v-fold)
-    UPD >= table_j[n_r] for every rank (the slowest rank's update; AddElement);
+    UPD >= table_j[n_r] for every rank (the slowest rank's update), read through the value
+        encoding of n_r (one Boolean per count, shared by the group's static rows);
     1024 ACT_r >= act KiB, 1024 STAT_r >= static KiB, ACT_r + STAT_r <= capacity (MiB).
 One pipeline row and one static row of the same shape are chosen; objective = PIPE + UPD in
 integer microseconds (or-tools #3639: no floats). evaluate() rebuilds the same integers from a Layout
@@ -37,7 +38,7 @@ from ortools.sat.python import cp_model
 from planner.cost import StageCoefficients, us_units, stage_coefficients, stage_optimizer_time, stage_update_time
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
-from planner.space import Shape, Space
+from planner.space import Space
 from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["Rows", "build_rows", "Model", "build_model", "solver", "TIME_CAP_US", "MEM_CAP_MIB"]
@@ -73,7 +74,7 @@ class PipeRow:
     lower: int
     """A lower bound on the pipeline term over every split (see _pipe_lower)."""
     act: tuple[tuple[int, int], ...] | None = None
-    """Per rank: (bytes per layer, fixed bytes) of the non-static items (None until materialised)."""
+    """Per rank: (KiB per layer, fixed KiB) of the non-static items (None until materialised)."""
 
 
 @dataclass
@@ -86,7 +87,7 @@ class StaticRow:
     """A lower bound on the update term: the optimizer step of a middle rank holding ceil(L/p) layers
     (some rank holds at least that many, and the DP term is never negative)."""
     mem: tuple[tuple[int, int], ...] | None = None
-    """Per rank: (bytes per layer, fixed bytes) of weights, gradients, optimizer states."""
+    """Per rank: (KiB per layer, fixed KiB) of weights, gradients, optimizer states."""
     update: tuple[tuple[int, ...], ...] | None = None
     """Per rank: update microseconds for n = 0 .. L - p + 1 layers (entries a rank cannot hold are padded)."""
 
@@ -213,7 +214,7 @@ def _most_layers(act: tuple[int, int], mem: tuple[int, int], cap_mib: int, hi: i
 
 
 def _activation_rows(model, cluster, training, lay, n0: int) -> tuple[tuple[int, int], ...]:
-    """Per rank (bytes per layer, fixed bytes) of stage_activation_items, linear in the layers from
+    """Per rank (KiB per layer, fixed KiB) of stage_activation_items, linear in the layers from
     n0 on. Middle ranks differ only in their in-flight micro-batches, in which the items are
     affine, so two middle ranks with different counts give every middle rank's coefficients."""
     p = lay.pp
@@ -313,17 +314,15 @@ class Model:
     rank: Any
 
 
-def build_model(rows: Rows, pairs: list[tuple[int, int]], *, memory: bool = True) -> Model | None:
+def build_model(rows: Rows, pairs: list[tuple[int, int]]) -> Model | None:
     """The CP-SAT model over the configurations `pairs` (pipeline row, static row) and every split
-    (see the module docstring); None when there is none.
-
-    memory=False drops the capacity constraint and the update term (the smallest-peak question)."""
+    (see the module docstring); None when there is none."""
     space = rows.space
     shapes = space.shapes
-    xs = [ij for ij in pairs]
+    xs = list(pairs)
     if not xs:
         return None
-    rows.materialise(xs, update=memory)
+    rows.materialise(xs)
     px = sorted({i for i, _ in xs})
     sy = sorted({j for _, j in xs})
     m = cp_model.CpModel()
@@ -345,7 +344,7 @@ def build_model(rows: Rows, pairs: list[tuple[int, int]], *, memory: bool = True
         groups.setdefault(shapes[rows.static[j].shape].pp, ([], []))[1].append(j)
     layers, pipes, updates, peaks = {}, [], [], []
     for p, (pi, sj) in sorted(groups.items()):
-        n, pipe, upd, peak = _add_group(m, rows, p, pi, sj, x, y, cap if memory else None)
+        n, pipe, upd, peak = _add_group(m, rows, p, pi, sj, x, y, cap)
         layers[p] = n
         pipes.append(pipe)
         updates.append(upd)
@@ -367,7 +366,7 @@ def build_model(rows: Rows, pairs: list[tuple[int, int]], *, memory: bool = True
     return Model(m, x, y, layers, objective, peak, rank)
 
 
-def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[int], x, y, cap: int | None):
+def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[int], x, y, cap: int):
     """Variables and constraints of one pipeline degree (shared by its rows: one row is chosen)."""
     L = rows.num_layers
     hi = L - p + 1
@@ -417,7 +416,7 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     eq: dict[int, list] = {}
     for j in sj:
         row, lit = rows.static[j], y[j]
-        for r in (_update_ranks(row, p) if row.update is not None else ()):
+        for r in _update_ranks(row, p):
             if r not in eq:
                 eq[r] = [m.new_bool_var("") for _ in range(hi + 1)]
                 m.add(eq[r][0] == 0)
@@ -431,8 +430,7 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     peak = m.new_int_var(0, 2 * MEM_CAP_MIB, f"peak{p}")
     for r in range(p):
         m.add(peak >= act[r] + stat[r])
-        if cap is not None:
-            m.add(act[r] + stat[r] <= cap)
+        m.add(act[r] + stat[r] <= cap)
     return n, pipe, upd, peak
 
 
