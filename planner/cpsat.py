@@ -117,10 +117,10 @@ class Rows:
 
     def pairs(self) -> list[tuple[int, int]]:
         """Every (pipeline row, static row) pair of the same shape, by lower bound, then row order."""
-        by_shape: dict[int, list[int]] = {}
-        for j, row in enumerate(self.static):
-            by_shape.setdefault(row.shape, []).append(j)
         if self._pairs is None:
+            by_shape: dict[int, list[int]] = {}
+            for j, row in enumerate(self.static):
+                by_shape.setdefault(row.shape, []).append(j)
             out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())]
             self._first = {ij: self.lower(*ij) for ij in out}
             self._pairs = sorted(out, key=lambda ij: (self._first[ij], ij))
