@@ -180,21 +180,21 @@ class Rows:
             lay = self.space.layouts(sh, None, ("none", None), row.zero)
             if row.mem is None:
                 kinds = {r: _linear(lambda n, r=r: _bytes(stage_static_items(model, training, lay, r, n)), 1)
-                         for r in _distinct(p)}
-                row.mem = tuple(kinds[_distinct(p)[_kind(r, p)]] for r in range(p))
+                         for r in _positions(p)}
+                row.mem = tuple(kinds[_position(r, p)] for r in range(p))
             if update and row.update is None:
                 key = (lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
                 if key not in self._updates:
-                    upd = []
-                    for r in _distinct(p):
+                    upd = {}
+                    for r in _positions(p):
                         most = _most_layers((0, 0), row.mem[r], self.capacity_mib, hi)
                         vals = [stage_update_time(model, cluster, training, lay, r, n).units
                                 for n in range(1, max(1, most) + 1)]
-                        upd.append(tuple([vals[0]] + vals + [max(vals)] * (hi - max(1, most))))
-                    self._updates[key] = tuple(upd)
+                        upd[r] = tuple([vals[0]] + vals + [max(vals)] * (hi - max(1, most)))
+                    self._updates[key] = upd
                 upd = self._updates[key]
-                row.update = tuple(upd[_kind(r, p)] for r in range(p))
-                floor = max(min(u[1:]) for u in upd)  # the slowest rank's update is at least each rank's least
+                row.update = tuple(upd[_position(r, p)] for r in range(p))
+                floor = max(min(u[1:]) for u in upd.values())  # the slowest rank's update is at least each rank's least
                 row.lower = max(row.lower, floor)
 
 
@@ -223,7 +223,7 @@ def _activation_rows(model, cluster, training, lay, n0: int) -> tuple[tuple[int,
     def at(r):
         return _linear(lambda n: _bytes(stage_activation_items(model, cluster, training, lay, r, n)), n0)
 
-    out = {r: at(r) for r in _distinct(p)}
+    out = {r: at(r) for r in _positions(p)}
     if p > 3:
         flight = [in_flight_microbatches(lay, r, m) for r in range(p)]
         r2 = next((r for r in range(2, p - 1) if flight[r] != flight[1]), None)
@@ -252,6 +252,7 @@ def _bytes(items) -> float:
 
 
 def _rc_kind(rc: tuple[str, int | None]) -> tuple[str, int]:
+    """('none' | 'all' | 'fixed', the layers every rank must hold: R for a partial recompute, else 1)."""
     if rc[0] == Recompute.NONE.value:
         return "none", 1
     if rc[0] == Recompute.FULL.value and rc[1] is not None:
@@ -274,9 +275,9 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
         for ri, rc in enumerate(space.recomputes[(sh.pp, sh.vpp)]):
             lay = space.layouts(sh, None, rc, 0)
             kind, lo = _rc_kind(rc)
-            coef = [stage_coefficients(model, cluster, training, lay, r) for r in _distinct(p)]
-            times = tuple(coef[_kind(r, p)] for r in range(p))
-            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo if kind == "fixed" else 1, kind, times, 0)
+            coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
+            times = tuple(coef[_position(r, p)] for r in range(p))
+            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, kind, times, 0)
             row.lower = _pipe_lower(L, row)
             if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
                 t.too_slow += 1
@@ -289,13 +290,14 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
     return t
 
 
-def _distinct(p: int) -> list[int]:
+def _positions(p: int) -> list[int]:
     """Ranks whose coefficients differ by position: the first, a middle one, the last."""
     return sorted({0, min(1, p - 1), p - 1})
 
 
-def _kind(r: int, p: int) -> int:
-    return _distinct(p).index(0 if r == 0 else (p - 1 if r == p - 1 else 1))
+def _position(r: int, p: int) -> int:
+    """The rank of _positions(p) that rank r has the coefficients of."""
+    return 0 if r == 0 else (p - 1 if r == p - 1 else 1)
 
 
 @dataclass
