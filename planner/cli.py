@@ -76,6 +76,18 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _probability(text: str) -> float:
+    """'5%' or '0.05' -> 0.05, strictly between 0 and 1."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a probability such as 5% or 0.05, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability strictly between 0 and 1, got {text!r}")
+    return value
+
+
 def _time_limit(text: str) -> float:
     v = _positive_float(text)
     if v > MAX_TIME_LIMIT_S:
@@ -107,6 +119,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true", help="even layer splits only (pp must divide the layers)")
+    g.add_argument("--max-oom-risk", type=_probability, default=None, metavar="P",
+                   help="only layouts whose out-of-memory risk is at most P (e.g. 5%% or 0.05)")
     g.add_argument("--rank-order", choices=RANK_ORDERS, default=None,
                    help="rank placement (tp-cp-pp-dp = Megatron's --use-tp-pp-dp-mapping)")
     p.add_argument("--framework", choices=["megatron", "deepspeed", "torchtitan", "any"], default="megatron",
@@ -185,6 +199,8 @@ def _constraints(a) -> dict[str, Any]:
         c["uneven_stages"] = False
     if a.rank_order:
         c["rank_order"] = a.rank_order
+    if a.max_oom_risk is not None:
+        c["max_oom_risk"] = a.max_oom_risk
     return {k: v for k, v in c.items() if v is not None}
 
 
@@ -199,7 +215,7 @@ def _problem(a):
 
 def _plans_table(title: str, plans, best) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("#", "layout", "peak / capacity GiB", "step s", "vs best", "MFU", "tokens/s"):
+    for col in ("#", "layout", "peak / capacity GiB", "OOM risk", "step s", "80 % interval", "vs best", "MFU", "tokens/s"):
         t.add_column(col, justify="left" if col == "layout" else "right")
     has_budget = plans and plans[0].training.token_budget
     if has_budget:
@@ -207,12 +223,18 @@ def _plans_table(title: str, plans, best) -> Table:
         t.add_column("GPU-hours", justify="right")
     for i, p in enumerate(plans, 1):
         r = plan_row(p, best)
-        cells = [str(i), r["layout"], f"{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}", f"{r['step_s']:.3f}",
-                 f"{r['delta']:+.1%}", f"{r['mfu']:.1%}", f"{r['tokens_per_s']:,.0f}"]
+        lo, hi = r["step_s_80"]
+        cells = [str(i), r["layout"], f"{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}", _risk(r["oom_risk"]),
+                 f"{r['step_s']:.3f}", f"{lo:.4g}-{hi:.4g}", f"{r['delta']:+.1%}" + (" tied" if r["tied"] else ""),
+                 f"{r['mfu']:.1%}", f"{r['tokens_per_s']:,.0f}"]
         if has_budget:
             cells += [f"{r['days_to_train']:.1f}", f"{r['gpu_hours']:,.0f}"]
         _row(t, *cells)
     return t
+
+
+def _risk(p: float) -> str:
+    return "<0.1%" if p < 0.001 else f"{p:.1%}"
 
 
 def _status_line(r) -> str:
@@ -398,6 +420,28 @@ def _cmd_catalog(a, out: Console) -> int:
     return EXIT_OK
 
 
+def _layout_args(p: argparse.ArgumentParser) -> None:
+    for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
+        p.add_argument(f"--{name}", type=_positive_int, default=1)
+    p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
+    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
+    p.add_argument("--sequence-parallel", action="store_true")
+    p.add_argument("--first-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--last-stage-layers", type=_positive_int, default=None)
+    p.add_argument("--pipeline-layers", default=None, metavar="N,N,...",
+                   help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split; "
+                        "emitted as --pipeline-model-parallel-layout")
+    p.add_argument("--rank-order", choices=RANK_ORDERS, default="tp-cp-dp-pp")
+    p.add_argument("--overlap-grad-reduce", action="store_true",
+                   help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron/TE TP communication overlap (needs --sequence-parallel)")
+    p.add_argument("--overlap-param-gather", action="store_true",
+                   help="with ZeRO >= 1: parameter all-gather during the next forward (Megatron's flag)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse tree (exposed for tests and docs)."""
     ap = _Parser(prog="planner", description="Proven-optimal parallel layouts for LLM training.")
@@ -426,28 +470,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="overwrite --out / --plot files that planner did not write")
     p = sub.add_parser("evaluate", help="memory and time of a layout you give")
     _problem_args(p, defaults=False)
-    for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
-        p.add_argument(f"--{name}", type=_positive_int, default=1)
-    p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
-    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
-    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
-    p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
-    p.add_argument("--sequence-parallel", action="store_true")
-    p.add_argument("--first-stage-layers", type=_positive_int, default=None)
-    p.add_argument("--last-stage-layers", type=_positive_int, default=None)
-    p.add_argument("--pipeline-layers", default=None, metavar="N,N,...",
-                   help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split; "
-                        "emitted as --pipeline-model-parallel-layout")
-    p.add_argument("--rank-order", choices=RANK_ORDERS, default="tp-cp-dp-pp")
-    p.add_argument("--overlap-grad-reduce", action="store_true",
-                   help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")
-    p.add_argument("--tp-comm-overlap", action="store_true",
-                   help="Megatron/TE TP communication overlap (needs --sequence-parallel)")
-    p.add_argument("--overlap-param-gather", action="store_true",
-                   help="with ZeRO >= 1: parameter all-gather during the next forward (Megatron's flag)")
+    _layout_args(p)
     p.add_argument("--time-limit", type=_time_limit, default=10.0)
     p.add_argument("--json", action="store_true")
     _emit_args(p)
+    p = sub.add_parser("calibrate", help="fit the cluster to your training logs; writes a calibrated cluster YAML")
+    p.add_argument("model", help="catalog id, YAML spec or Hugging Face config.json")
+    p.add_argument("cluster", help="catalog id or YAML")
+    p.add_argument("logs", nargs="+", help="Megatron-LM, Megatron-Bridge/NeMo, torchtitan or DeepSpeed logs")
+    p.add_argument("--nodes", type=_positive_int, default=None, help="nodes of the runs whose log has no argument dump")
+    p.add_argument("--global-batch-size", type=_positive_int, default=None,
+                   help="for logs without Megatron's argument dump (torchtitan, DeepSpeed, NeMo)")
+    p.add_argument("--seq-length", type=_positive_int, default=None, help="likewise")
+    p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32")
+    p.add_argument("--kernels", choices=["fused", "unfused"], default=None,
+                   help="fused (Megatron/NeMo, the default for their logs) or unfused (eager PyTorch: torchtitan, DeepSpeed)")
+    _layout_args(p)
+    p.add_argument("--out", default=None, help="calibrated cluster YAML (default CLUSTER-calibrated.yaml)")
+    p.add_argument("--force", action="store_true", help="overwrite an --out file that planner did not write")
+    p.add_argument("--json", action="store_true")
     p = sub.add_parser("check", help="run a framework's own validator on a launch config (needs the [validate] extra)")
     p.add_argument("framework", choices=["megatron", "deepspeed", "torchtitan"])
     p.add_argument("config", nargs="+", help="megatron: megatron_args.json or pretrain_gpt.py arguments (after --); "
@@ -595,7 +636,70 @@ def _cmd_sweep(a, out: Console) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"sweep": _cmd_sweep, "report": _cmd_report, "check": _cmd_check, "plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
+def _cmd_calibrate(a, out: Console) -> int:
+    from planner.calibration import CALIBRATED_MARKER, calibrate, calibrated_yaml, observation
+    from planner.logs import read_log
+    from planner.outputs import write_file
+
+    model, cluster = load_model(a.model), load_cluster(a.cluster)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", cluster.name)
+    path = check_file(a.out or f"{stem}-calibrated.yaml", CALIBRATED_MARKER, force=a.force)  # before the work
+    runs = []
+    for log in a.logs:
+        m = read_log(log)
+        training = layout = None
+        if not m.args:
+            for flag, value in (("--global-batch-size", a.global_batch_size), ("--seq-length", a.seq_length),
+                                ("--nodes", a.nodes)):
+                if value is None:
+                    raise _UsageError(f"{flag}: {m.source} has no argument dump ({m.framework}); give {flag} "
+                                      "and the layout flags")
+            kernels = a.kernels or ("fused" if m.framework in ("megatron", "nemo") else "unfused")
+            training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length,
+                                    grad_dtype=a.grad_dtype, kernels=kernels)
+            layout = _layout_from_args(a)
+            if a.dp is None:
+                mp, world = layout.tp * layout.pp * layout.cp, a.nodes * cluster.gpus_per_node
+                if world % mp:
+                    raise _UsageError(f"--dp: tp*pp*cp = {mp} does not divide the {world} GPUs of --nodes {a.nodes}")
+                layout = layout.model_copy(update={"dp": world // mp})
+        runs.append(observation(m, model, training, layout))
+    result = calibrate(cluster, runs)
+    write_file(path, calibrated_yaml(result).encode("utf-8"), CALIBRATED_MARKER, force=a.force)
+    if a.json:
+        from planner.report import calibration_dict
+        out.print_json(json.dumps(calibration_dict(result, str(path))))
+        return EXIT_OK
+    t = Table(title="step time: measured and predicted (error vs measured)", title_justify="left")
+    for col in ("run", "layout", "measured s", "catalog", "calibrated", "left out", "peak GiB meas / cal"):
+        t.add_column(col, justify="left" if col in ("run", "layout") else "right")
+    for r, o in zip(result.runs, runs):
+        lo = f"{r.left_out_s:.3f} ({r.left_out_s / r.measured_s - 1:+.1%})" if r.left_out_s is not None else "-"
+        mem = f"{r.measured_peak / GiB:.1f} / {r.after_peak / GiB:.1f}" if r.measured_peak else "-"
+        _row(t, r.label, o.layout.short(), f"{r.measured_s:.3f}", f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
+             f"{r.after_s:.3f} ({r.after_s / r.measured_s - 1:+.1%})", lo, mem)
+    out.print(t)
+    t = Table(title="fitted parameters (factor on the catalog value)", title_justify="left")
+    for col in ("parameter", "factor", "what"):
+        t.add_column(col)
+    from planner.calibration import PARAMETERS
+    for p_ in PARAMETERS:
+        _row(t, p_.name, f"{result.factors[p_.name]:.3f}", p_.what)
+    _row(t, "memory_overhead", f"{result.overhead_before / GiB:.2f} -> {result.overhead_after / GiB:.2f} GiB",
+         "per-GPU memory outside the ledger")
+    out.print(t)
+    e = result.error
+    out.print(f"median |error|: catalog {result.median_error('before'):.1%}, calibrated {result.median_error('after'):.1%}"
+              + (f", left out {result.median_error('left_out'):.1%}" if len(runs) > 1 else "")
+              + f"; prediction spread now {e.step_time_sigma:.1%} (step) and {e.memory_sigma:.1%} (memory)", markup=False)
+    for n in result.notes:
+        out.print(f"note: {_u(n)}")
+    out.print(f"wrote {path}; use it as the cluster: planner plan {_u(a.model)} {_u(path)} --nodes N ...",
+              markup=False, highlight=False)
+    return EXIT_OK
+
+
+COMMANDS = {"sweep": _cmd_sweep, "calibrate": _cmd_calibrate, "report": _cmd_report, "check": _cmd_check, "plan": _cmd_plan, "explain": _cmd_explain, "evaluate": _cmd_evaluate, "ledger": _cmd_ledger,
             "catalog": _cmd_catalog}
 
 

@@ -56,6 +56,10 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     b, lay = r.best, r.best.layout
     lines.append(f"Chosen: {lay.short()} ({r.status}), {b.step_time_s:.2f} s/step, MFU {b.mfu:.1%}, "
                  f"{b.tokens_per_second:,.0f} tokens/s.")
+    i80, i95, e = b.step_time_interval(0.8), b.step_time_interval(0.95), b.error_model
+    lines.append(f"How far to trust it: the measured step should fall in {i80.lo:.2f}-{i80.hi:.2f} s (80 %) or "
+                 f"{i95.lo:.2f}-{i95.hi:.2f} s (95 %), from {e.basis}; out-of-memory risk {b.oom_risk:.1%} "
+                 f"(peak {b.peak_memory_bytes / GiB:.1f} of {b.memory.capacity / GiB:.1f} GiB).")
     pipe = b.time.pipeline
     if lay.pp > 1:
         lines.append(f"Pipeline: {lay.pp} stages x {lay.vpp} virtual, {pipe.num_microbatches} micro-batches: the bubble "
@@ -80,6 +84,12 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     if r.alternatives:
         nxt = r.alternatives[0]
         lines.append(f"Runner-up {nxt.layout.short()} is {nxt.step_time_s / b.step_time_s - 1:+.1%}.")
+        tied = [p for p in r.alternatives if p.tied_with(b)]
+        if tied:
+            lines.append(f"{len(tied)} of the {len(r.alternatives)} runners-up are tied with the choice: their step times "
+                         f"differ by less than the model can rank (80 % of the spread between two layouts on one stack, "
+                         f"{e.ranking_sigma:.1%}). To break the tie, run a few steps of each, or calibrate on one log "
+                         "(planner calibrate) and re-plan.")
     if sensitivities:
         so = cluster.scaleout.model_copy(update={"nic_busbw": 2 * cluster.scaleout.nic_busbw})
         lines.append("Sensitivity, " + _sensitivity("2x scale-out bandwidth", model, cluster.model_copy(update={"scaleout": so}),

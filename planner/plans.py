@@ -10,10 +10,12 @@ from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout
 from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
+from planner.uncertainty import Interval, interval, oom_risk, prediction_error
 
 __all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
 
 MEM_UNIT_BYTES = 2**20  # the search's integer memory unit (MiB)
+TIE_Z = 1.2815515655446004  # the 80 % two-sided normal quantile
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,32 @@ class Plan:
     def peak_memory_bytes(self) -> float:
         """Peak bytes per GPU (worst stage, overhead included)."""
         return self.memory.peak_bytes
+
+    @property
+    def error_model(self):
+        """The PredictionError these predictions carry (calibrated cluster, else published runs)."""
+        return prediction_error(self.cluster, self.training)
+
+    def step_time_interval(self, level: float = 0.8) -> Interval:
+        """Where the measured step time falls with probability `level` (seconds)."""
+        e = self.error_model
+        return interval(self.step_time_s, e.step_time_bias, e.step_time_sigma, level)
+
+    def memory_interval(self, level: float = 0.8) -> Interval:
+        """Where the measured peak (max reserved) falls with probability `level` (bytes)."""
+        e = self.error_model
+        return interval(self.peak_memory_bytes, e.memory_bias, e.memory_sigma, level)
+
+    @property
+    def oom_risk(self) -> float:
+        """Probability that the measured peak exceeds GPU memory."""
+        return oom_risk(self.peak_memory_bytes, self.memory.capacity, self.error_model)
+
+    def tied_with(self, other: Plan) -> bool:
+        """True when the step times are too close to rank on this evidence: within 1.28 ranking
+        sigmas (the 80 % interval of the ratio of the two measurements contains 1)."""
+        sigma = max(self.error_model.ranking_sigma, other.error_model.ranking_sigma)
+        return abs(math.log(self.step_time_s / other.step_time_s)) <= TIE_Z * sigma
 
     # Launch configurations (planner.emit; imported here on use, as a convenience for callers).
     def to_megatron(self):

@@ -8,8 +8,9 @@ from planner.plans import Plan
 from planner.memory import static_memory
 from planner.search import PlanResult
 from planner.specs import ModelSpec
+from planner.uncertainty import LEVELS
 
-__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "term_deltas", "GiB"]
+__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "term_deltas", "calibration_dict", "GiB"]
 
 GiB = 2.0**30
 DAY = 86400.0
@@ -27,6 +28,9 @@ def plan_row(p: Plan, best: Plan | None = None) -> dict[str, Any]:
         "mfu": p.mfu,
         "tokens_per_s": p.tokens_per_second,
         "delta": (p.step_time_s / best.step_time_s - 1) if best is not None else 0.0,
+        "step_s_80": (lambda i: (i.lo, i.hi))(p.step_time_interval(0.8)),
+        "oom_risk": p.oom_risk,
+        "tied": best is not None and p is not best and p.tied_with(best),
     }
     if p.training.token_budget:
         row["days_to_train"] = p.time_to_train_s() / DAY
@@ -47,6 +51,10 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "memory_stages": [{"stage": s.stage, "layers": s.layers, "items": {i.name: i.bytes for i in s.items}}
                           for s in p.memory.stages],
         "step_time_s": p.step_time_s,
+        "step_time_interval_s": {f"{int(lv * 100)}": [i.lo, i.hi] for lv in LEVELS for i in [p.step_time_interval(lv)]},
+        "peak_memory_interval_bytes": {f"{int(lv * 100)}": [i.lo, i.hi] for lv in LEVELS for i in [p.memory_interval(lv)]},
+        "oom_risk": p.oom_risk,
+        "error_basis": p.error_model.basis,
         "time_breakdown_s": p.time.breakdown(),
         "tokens_per_second": p.tokens_per_second,
         "mfu": p.mfu,
@@ -72,7 +80,7 @@ def result_dict(r: PlanResult, *, timing: bool = True) -> dict[str, Any]:
         "gap": r.gap,
         "space_size": r.space_size,
         "best": plan_dict(r.best) if r.best else None,
-        "alternatives": [plan_dict(p) for p in r.alternatives],
+        "alternatives": [dict(plan_dict(p), tied_with_best=p.tied_with(r.best)) for p in r.alternatives],
         "structural": [{"label": a.label, "delta": a.delta, "binds": a.binds,
                         "plan": plan_dict(a.plan) if a.plan else None} for a in r.structural],
         "explanation": list(r.explanation),
@@ -100,3 +108,18 @@ def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 
             rows.append({"tp": tp, "pp": pp, "zero": z, "shard": shard if z else 1, "params_gb": st.params / 1e9,
                          "grads_gb": st.grads / 1e9, "optimizer_gb": st.optimizer / 1e9, "total_gb": st.total / 1e9})
     return rows
+
+
+def calibration_dict(result, path: str) -> dict[str, Any]:
+    """A CalibrationResult as JSON-ready data."""
+    return {
+        "cluster_file": path,
+        "factors": result.factors,
+        "memory_overhead_bytes": {"before": result.overhead_before, "after": result.overhead_after},
+        "runs": [{"label": r.label, "measured_s": r.measured_s, "catalog_s": r.before_s, "calibrated_s": r.after_s,
+                  "left_out_s": r.left_out_s, "measured_peak_bytes": r.measured_peak,
+                  "calibrated_peak_bytes": r.after_peak} for r in result.runs],
+        "median_abs_error": {k: result.median_error(k) for k in ("before", "after", "left_out")},
+        "prediction_error": result.error.model_dump(mode="json"),
+        "notes": list(result.notes),
+    }

@@ -117,8 +117,9 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
     for lab, p in zip(labels, plans):
         r = plan_row(p, best)
         rows.append(f"<tr><td>{html.escape(lab)}</td><td><code>{html.escape(r['layout'])}</code></td>"
-                    f"<td>{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}</td><td>{r['step_s']:.3f}</td>"
-                    f"<td>{r['delta']:+.1%}</td><td>{r['mfu']:.1%}</td><td>{r['tokens_per_s']:,.0f}</td>"
+                    f"<td>{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}</td><td>{r['oom_risk']:.1%}</td>"
+                    f"<td>{r['step_s']:.3f}</td><td>{r['step_s_80'][0]:.4g}-{r['step_s_80'][1]:.4g}</td>"
+                    f"<td>{r['delta']:+.1%}{' tied' if r['tied'] else ''}</td><td>{r['mfu']:.1%}</td><td>{r['tokens_per_s']:,.0f}</td>"
                     f"<td>{html.escape(r['dominant'])} (stage {r['peak_stage']})</td></tr>")
     expl = "".join(f"<li>{html.escape(line)}</li>" for line in result.explanation)
     status = {"optimal": "proven optimal",
@@ -133,7 +134,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#ee
 <p id="summary">global batch {t.global_batch_size} x {t.seq_length} tokens; {status}; {count_text(result.space_size)} layouts searched in
 {result.solve_time_s:.2f} s. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.</p>
 <h2 id="alternatives">Alternatives</h2>
-<table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>step s</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>
+<table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>OOM risk</th><th>step s</th><th>80 % interval</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>
 {''.join(rows)}</table>
 <h2 id="memory">Memory per GPU by ledger item</h2>
 <img alt="memory per GPU" src="data:image/png;base64,{figs['memory']}">

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -24,6 +24,7 @@ from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.memory import static_memory
 from planner.space import Space, build_space
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
+from planner.uncertainty import peak_for_risk, prediction_error
 
 __all__ = ["PlanResult", "SearchStats", "Alternative", "Infeasibility", "plan", "STATUSES"]
 
@@ -308,6 +309,7 @@ def plan(
     framework: str | None = "megatron",
     allow_idle: bool = False,
     structural: bool = True,
+    max_oom_risk: float | None = None,
     **constraints: Any,
 ) -> PlanResult:
     """Find the fastest layout that fits, proven optimal by CP-SAT, with ranked alternatives.
@@ -321,6 +323,8 @@ def plan(
             (every ZeRO stage at every pipeline degree); restricts what the target can run.
         allow_idle: allow tp*pp*dp*cp < world size.
         structural: also report the best without PP, without recompute and on half the GPUs.
+        max_oom_risk: keep only layouts whose probability of running out of memory (from the
+            memory prediction interval, planner.uncertainty) is at most this, e.g. 0.05.
         **constraints: fix a degree (tp=8), bound it (pp=(1, 8)) or list allowed values
             (recompute=["none", "selective"]); keys: tp, pp, dp, cp, zero_stage, micro_batch_size,
             recompute, vpp, sequence_parallel, uneven_stages (False: even layer splits only), rank_order.
@@ -333,6 +337,9 @@ def plan(
         PlannerError: an argument or constraint of the wrong type or range (one line naming it).
     """
     _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural)
+    if max_oom_risk is not None:
+        return _with_oom_risk(model, cluster, training, max_oom_risk, top_k=top_k, time_limit_s=time_limit_s,
+                              framework=framework, allow_idle=allow_idle, structural=structural, **constraints)
     start = time.perf_counter()
     deadline = start + time_limit_s
     cons = _constraints(constraints)
@@ -355,6 +362,27 @@ def plan(
         alts = _structural(model, cluster, training, best, framework, cons, deadline)
     return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, time.perf_counter() - start, space.size(),
                       _explain(best, plans, status), None, stats)
+
+
+def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:
+    """plan() under the memory budget whose OOM risk is `risk`, re-priced on the real GPU memory."""
+    if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
+        raise PlannerError(f"max_oom_risk: expected a probability in (0, 1), e.g. 0.05, got {risk!r}")
+    budget = min(cluster.gpu.memory, peak_for_risk(cluster.gpu.memory, prediction_error(cluster, training), risk))
+    derated = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": budget})})
+    r = plan(model, derated, training, **kw)
+
+    def real(p: Plan | None) -> Plan | None:
+        return None if p is None else evaluate(model, cluster, training, p.layout, allow_idle=kw.get("allow_idle", False))
+
+    note = (f"memory budget {budget / 2**30:.1f} of {cluster.gpu.memory / 2**30:.1f} GiB: "
+            f"the largest predicted peak with an OOM risk of at most {risk:.1%}")
+    inf = r.infeasibility
+    if inf is not None:
+        inf = replace(inf, min_peak_plan=real(inf.min_peak_plan), message=f"{inf.message} ({note})")
+    return replace(r, best=real(r.best), alternatives=tuple(real(p) for p in r.alternatives),
+                   structural=tuple(replace(a, plan=real(a.plan)) for a in r.structural),
+                   explanation=(*r.explanation, note), infeasibility=inf)
 
 
 def _binds(p: Plan) -> str:

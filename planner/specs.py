@@ -26,6 +26,7 @@ __all__ = [
     "GpuSpec",
     "LinkTier",
     "ScaleOut",
+    "PredictionError",
     "Calibration",
     "ClusterSpec",
     "TrainingSpec",
@@ -356,6 +357,25 @@ class Calibration(_Spec):
         return self
 
 
+class PredictionError(_Spec):
+    """How far predictions on this cluster are from measurements: the centre and spread of
+    ln(measured / predicted), for step time and for peak memory (planner.uncertainty reads it)."""
+
+    step_time_bias: _real(ge=-1, le=1) = 0.0
+    """Median ln(measured / predicted step time)."""
+    step_time_sigma: _real(gt=0, le=2)
+    """Spread of that log ratio (a normal's sigma; the 80 % interval is bias ± 1.28 sigma)."""
+    ranking_sigma: _real(gt=0, le=2) = 0.05
+    """Spread of the log ratio between two layouts' errors on the same cluster and stack (their
+    shared bias cancels): two layouts closer than 1.28 of it are called tied."""
+    memory_bias: _real(ge=-1, le=1) = 0.0
+    """Median ln(measured / predicted peak memory)."""
+    memory_sigma: _real(gt=0, le=2)
+    """Spread of that log ratio."""
+    basis: str = Field(default="", max_length=400)
+    """What the spread was measured on (shown beside the intervals)."""
+
+
 class ClusterSpec(_Spec):
     """A GPU cluster: identical nodes, NVLink domains, a rail-optimised scale-out network."""
 
@@ -377,6 +397,9 @@ class ClusterSpec(_Spec):
     """Per-GPU memory outside the ledger (CUDA context, NCCL buffers, allocator fragmentation)."""
     calibration: Calibration
     """Fitted efficiency parameters."""
+    prediction_error: PredictionError | None = None
+    """Measured error of predictions here (set by planner calibrate); None: the published-run
+    residuals of this GPU generation (planner.uncertainty)."""
     sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     """Where the numbers come from."""
     provenance: dict[str, str] = Field(default_factory=dict, repr=False)

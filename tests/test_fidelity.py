@@ -53,3 +53,33 @@ def test_memory_never_under_predicted_by_more_than_overhead(results):
     for r, p in results:
         if r.peak_mem_bytes:
             assert p.peak_memory_bytes >= r.peak_mem_bytes - p.cluster.memory_overhead
+
+
+@pytest.fixture(scope="module")
+def out_of_sample():
+    """ln(measured / predicted step time) of every row, each predicted with the calibration refitted
+    without its source group (benchmarks/fidelity.py), and the peak-memory residuals."""
+    import intervals
+
+    runs = load_runs()
+    return intervals.step_residuals(runs), intervals.memory_residuals(runs)
+
+
+def test_80_percent_intervals_cover_75_to_85_percent_out_of_sample(out_of_sample):
+    import intervals
+
+    step, _ = out_of_sample
+    assert 0.75 <= intervals.coverage_rows(step, intervals.Z80) <= 0.85
+
+
+def test_shipped_interval_table_is_current(out_of_sample):
+    import intervals
+
+    from planner.uncertainty import POOLED, PUBLISHED
+
+    tab = intervals.table(*out_of_sample)
+    assert set(PUBLISHED) == {k for k in tab if k is not None}, "rerun python benchmarks/intervals.py --write"
+    for key, shipped in [*PUBLISHED.items(), (None, POOLED)]:
+        want = tab[key]
+        for name in ("step_time_bias", "step_time_sigma", "ranking_sigma", "memory_bias", "memory_sigma"):
+            assert getattr(shipped, name) == pytest.approx(want[name], abs=2e-4), (key, name)

@@ -1,0 +1,166 @@
+"""Prediction-interval tables from out-of-sample residuals of the published runs.
+
+    python benchmarks/intervals.py [--write]
+
+Step time: the leave-one-source-group-out residuals ln(measured / predicted) (benchmarks/fidelity.py
+refits every GPU generation without the held-out group), keyed by (GPU arch, kernel family).
+Per key: bias = median, sigma = half the 10-90 % spread / 1.2816 (robust to the worst rows), and
+ranking_sigma = the spread of a row's residual around its own source group's median (two layouts
+run on the same stack share that group's bias; what separates them is the rest) — used to call
+two layouts tied. Memory: residuals of the rows that publish a peak (no memory parameter is refitted
+per group, so these are in-sample for the overhead only).
+
+Prints the table and two coverages of the 80 % and 95 % intervals: built from the other half of
+the rows (how well the interval is built; tested), and built without the row's whole source group
+(what a stack unlike any published one can expect: far lower, because each source group carries
+its own bias — the reason to calibrate). With --write puts the table into planner/uncertainty.py.
+Memory: the bias is never below 0 (a ledger that over-counts on a few rows is not credited) and the
+spread never below 5 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fidelity import evaluate_runs, leave_one_group_out  # noqa: E402
+from runs import load_runs  # noqa: E402
+
+Z80 = 1.2815515655446004
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _key(run) -> tuple[int, str]:
+    return run.cluster.gpu.arch, run.training.kernels
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    pos = q * (len(xs) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def spread(xs: list[float]) -> tuple[float, float]:
+    """(median, robust sigma) of log residuals."""
+    if len(xs) < 2:
+        return (xs[0] if xs else 0.0), 0.15
+    return statistics.median(xs), max(0.01, (_quantile(xs, 0.9) - _quantile(xs, 0.1)) / (2 * Z80))
+
+
+def step_residuals(runs) -> list[tuple[object, float]]:
+    """(run, ln(measured / predicted step time)) out of sample, every usable row."""
+    usable = [r for r in runs if not r.oom]
+    errs = leave_one_group_out(runs)
+    out = []
+    for group, values in errs.items():
+        held = [r for r in usable if r.group == group]
+        out += [(r, math.log(1 + e)) for r, e in zip(held, values)]  # e = pred/meas throughput − 1
+    return out
+
+
+def memory_residuals(runs) -> list[tuple[object, float]]:
+    out = []
+    for r, plan, _ in evaluate_runs(runs):
+        if plan is not None and not r.oom and r.peak_mem_bytes:
+            out.append((r, math.log(r.peak_mem_bytes / plan.peak_memory_bytes)))
+    return out
+
+
+def table(step, mem) -> dict:
+    keys = sorted({_key(r) for r, _ in step})
+    group_median = {g: statistics.median([x for r, x in step if r.group == g]) for g in {r.group for r, _ in step}}
+    mem_bias, mem_sigma = spread([x for _, x in mem])
+    # conservative: a ledger that over-counts on a few rows of one stack is not credited (bias ≥ 0),
+    # and the spread is at least 5 %
+    mem_bias, mem_sigma = max(0.0, mem_bias), max(0.05, mem_sigma)
+    out = {}
+    for k in keys + [None]:
+        xs = [x for r, x in step if k is None or _key(r) == k]
+        rel = [x - group_median[r.group] for r, x in step if k is None or _key(r) == k]
+        bias, sigma = spread(xs)
+        _, rsigma = spread(rel)
+        out[k] = dict(step_time_bias=bias, step_time_sigma=sigma, ranking_sigma=rsigma, memory_bias=mem_bias,
+                      memory_sigma=mem_sigma, rows=len(xs))
+    return out
+
+
+def coverage_rows(step, level_z: float) -> float:
+    """Share of rows inside intervals built from the other half of the rows (even/odd cross-fit):
+    tests how the interval is built; the residuals themselves are all out of their source group."""
+    inside = 0
+    halves = (step[0::2], step[1::2])
+    for build, test in (halves, halves[::-1]):
+        for r, x in test:
+            same = [y for q, y in build if _key(q) == _key(r)]
+            bias, sigma = spread(same if len(same) >= 8 else [y for _, y in build])
+            inside += abs(x - bias) <= level_z * sigma
+    return inside / len(step)
+
+
+def coverage(step, level_z: float) -> float:
+    """Share of rows inside their interval when the interval is built without the row's source group."""
+    inside = total = 0
+    for g in sorted({r.group for r, _ in step}):
+        rest = [(r, x) for r, x in step if r.group != g]
+        for r, x in step:
+            if r.group != g:
+                continue
+            same = [y for q, y in rest if _key(q) == _key(r)]
+            bias, sigma = spread(same if len(same) >= 8 else [y for _, y in rest])
+            inside += abs(x - bias) <= level_z * sigma
+            total += 1
+    return inside / total
+
+
+def write(tab: dict) -> None:
+    path = ROOT / "planner" / "uncertainty.py"
+    text = path.read_text()
+    lines = ["PUBLISHED: dict[tuple[int, str], PredictionError] = {"]
+    for k, v in tab.items():
+        if k is None:
+            continue
+        lines.append(f"    {k!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
+                     f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, "
+                     f"memory_sigma={v['memory_sigma']:.4f}, basis=\"{v['rows']} published runs, arch {k[0]}, {k[1]} kernels, "
+                     "leave-one-source-group-out\"),")
+    lines.append("}")
+    v = tab[None]
+    lines.append(f"POOLED = PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
+                 f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, memory_sigma={v['memory_sigma']:.4f}, "
+                 f"basis=\"{v['rows']} published runs pooled, leave-one-source-group-out\")")
+    new = re.sub(r"PUBLISHED: dict\[tuple\[int, str\], PredictionError\] = \{.*?\n\}\nPOOLED = PredictionError\(.*?\)\n",
+                 "\n".join(lines) + "\n", text, flags=re.S)
+    path.write_text(new)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="write the table into planner/uncertainty.py")
+    a = ap.parse_args(argv)
+    runs = load_runs()
+    step, mem = step_residuals(runs), memory_residuals(runs)
+    tab = table(step, mem)
+    print(f"{'key':18s} {'rows':>5s} {'bias':>7s} {'sigma':>7s} {'ranking':>8s} {'mem bias':>9s} {'mem sigma':>9s}")
+    for k, v in tab.items():
+        print(f"{str(k or 'pooled'):18s} {v['rows']:5d} {v['step_time_bias']:+7.3f} {v['step_time_sigma']:7.3f} "
+              f"{v['ranking_sigma']:8.3f} {v['memory_bias']:+9.3f} {v['memory_sigma']:9.3f}")
+    print(f"memory rows: {len(mem)}")
+    print(f"coverage, intervals from the other half of the rows: "
+          f"80 %: {coverage_rows(step, Z80):.1%}, 95 %: {coverage_rows(step, 1.959963984540054):.1%}")
+    print(f"coverage, intervals built without the row's source group: "
+          f"80 %: {coverage(step, Z80):.1%}, 95 %: {coverage(step, 1.959963984540054):.1%}")
+    if a.write:
+        write(tab)
+        print("wrote planner/uncertainty.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""Calibrate a cluster from training logs: fit the few physical parameters a measurement constrains.
+
+Parameters (each a factor on the catalog's value, with a log-normal prior centred on it):
+- `gemm`: every point of calibration.gemm_efficiency (capped at 1);
+- `attention`: attention_efficiency and attention_efficiency_unfused (capped at 1);
+- `scaleout`: scaleout.nic_busbw (the inter-node collective bandwidth);
+- `tp_exposed`: calibration.tp_comm_exposed (capped at 1);
+- `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
+
+The fit is the maximum a posteriori estimate: Gauss-Newton on
+    Σ_runs ((ln predicted − ln measured) / MEASUREMENT_SIGMA)² + Σ_params (ln factor / prior sigma)²
+with step times from planner.evaluate (the same model plan() optimises), so a parameter the logs
+do not exercise (no inter-node traffic → scaleout) keeps its catalog value. The memory overhead
+is linear in the measurement and has a closed form. Peak memory is compared with the largest
+peak *reserved* the log reports (planner.logs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.logs import LogError, LogMeasurement
+from planner.plans import Plan, evaluate
+from planner.specs import ClusterSpec, Layout, ModelSpec, PredictionError, Recompute, TrainingSpec
+from planner.uncertainty import prediction_error
+
+__all__ = ["Observation", "Parameter", "PARAMETERS", "CalibrationResult", "RunFit", "calibrate", "observation",
+           "calibrated_yaml", "CALIBRATED_MARKER",
+           "apply_factors", "megatron_setup", "MEASUREMENT_SIGMA", "OVERHEAD_PRIOR_SIGMA", "CALIBRATED_SIGMA_FLOOR"]
+
+MEASUREMENT_SIGMA = 0.02
+"""Spread of ln(step time) between repeated runs of one layout (run-to-run noise plus what the
+model cannot express for one layout); sets how far one log pulls the parameters."""
+
+OVERHEAD_PRIOR_SIGMA = 2 * 2**30
+"""Prior spread of the memory overhead, bytes."""
+
+MEMORY_MEASUREMENT_SIGMA = 0.5 * 2**30
+"""Spread of a measured peak around the ledger plus overhead, bytes (allocator behaviour)."""
+
+CALIBRATED_SIGMA_FLOOR = PredictionError(step_time_sigma=0.04, memory_sigma=0.03, basis="floor")
+"""The least spread claimed after calibration (benchmarks/intervals.py measures the error on the
+other layouts of a sweep after calibrating on one; see README)."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One fitted physical parameter: a factor on the catalog value."""
+
+    name: str
+    prior_sigma: float
+    """Spread of ln(factor) before any log is seen."""
+    what: str
+
+
+PARAMETERS = (
+    Parameter("gemm", 0.15, "GEMM efficiency (every point of the curve)"),
+    Parameter("attention", 0.25, "attention kernel efficiency"),
+    Parameter("scaleout", 0.35, "inter-node collective bandwidth per NIC"),
+    Parameter("tp_exposed", 0.35, "share of tensor-parallel communication left exposed"),
+)
+
+
+def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: float | None = None) -> ClusterSpec:
+    """`cluster` with the parameters scaled by `factors` (missing names: 1) and the memory overhead set."""
+    cal = cluster.calibration
+    g, a, t = factors.get("gemm", 1.0), factors.get("attention", 1.0), factors.get("tp_exposed", 1.0)
+    cal = cal.model_copy(update={
+        "gemm_efficiency": [(x, min(1.0, y * g)) for x, y in cal.gemm_efficiency],
+        "attention_efficiency": min(1.0, cal.attention_efficiency * a),
+        "attention_efficiency_unfused": min(1.0, cal.attention_efficiency_unfused * a),
+        "tp_comm_exposed": min(1.0, cal.tp_comm_exposed * t),
+    })
+    scaleout = cluster.scaleout.model_copy(update={"nic_busbw": cluster.scaleout.nic_busbw * factors.get("scaleout", 1.0)})
+    update = {"calibration": cal, "scaleout": scaleout}
+    if overhead is not None:
+        update["memory_overhead"] = overhead
+    return cluster.model_copy(update=update)
+
+
+START_POINTS = ({}, {"scaleout": 0.5}, {"scaleout": 2.0})
+"""Where the fit starts (factors; the catalog first)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured run: the problem, the layout it ran and what it measured."""
+
+    label: str
+    model: ModelSpec
+    training: TrainingSpec
+    layout: Layout
+    step_time_s: float
+    peak_memory_bytes: float | None = None
+
+    def nodes(self, cluster: ClusterSpec) -> int:
+        return math.ceil(self.layout.world_size / cluster.gpus_per_node)
+
+
+# Megatron's argument dump [megatron/training/arguments.py:_print_args] -> planner fields
+def _arg(args: dict[str, str], name: str, where: str, kind=int, default=None):
+    text = args.get(name)
+    if text is None or text == "None":
+        if default is not None:
+            return default
+        raise LogError(f"{where}: the argument dump has no '{name}'")
+    if kind is bool:
+        if text not in ("True", "False"):
+            raise LogError(f"{where}: argument '{name}' = {text!r}, expected True or False")
+        return text == "True"
+    try:
+        return kind(text)
+    except ValueError:
+        raise LogError(f"{where}: argument '{name}' = {text!r} is not a {kind.__name__}") from None
+
+
+def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
+    """The training spec and layout of a Megatron run from its printed arguments.
+
+    Checks the model's shape against the run's (num_layers, hidden_size); refuses what the planner
+    cannot price (a --pipeline-model-parallel-layout string: give the layout as flags instead).
+    """
+    for name, mine in (("num_layers", model.num_layers), ("hidden_size", model.hidden_size)):
+        theirs = _arg(args, name, where)
+        if theirs != mine:
+            raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
+    if args.get("pipeline_model_parallel_layout", "None") != "None":
+        raise LogError(f"{where}: the run used --pipeline-model-parallel-layout; give its layout as flags")
+    tp, pp = _arg(args, "tensor_model_parallel_size", where), _arg(args, "pipeline_model_parallel_size", where)
+    cp = _arg(args, "context_parallel_size", where, default=1)
+    world = _arg(args, "world_size", where)
+    if world % (tp * pp * cp):
+        raise LogError(f"{where}: world_size {world} is not a multiple of tp*pp*cp = {tp * pp * cp}")
+    gran = args.get("recompute_granularity", "None")
+    recompute, n_rc = Recompute.NONE, None
+    if gran == "selective":
+        recompute = Recompute.SELECTIVE
+    elif gran == "full":
+        recompute = Recompute.FULL
+        if args.get("recompute_method") == "block":
+            n_rc = _arg(args, "recompute_num_layers", where)
+    elif gran != "None":
+        raise LogError(f"{where}: recompute_granularity = {gran!r} is not one the planner prices")
+    vpp = _arg(args, "virtual_pipeline_model_parallel_size", where, default=1)
+    bf16 = _arg(args, "bf16", where, kind=bool, default=False)
+    training = TrainingSpec(
+        global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
+        precision="bf16" if bf16 else "fp16",
+        grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",
+    )
+    layout = Layout(
+        tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), micro_batch_size=_arg(args, "micro_batch_size", where),
+        zero_stage=1 if _arg(args, "use_distributed_optimizer", where, kind=bool, default=False) else 0,
+        recompute=recompute, recompute_num_layers=n_rc, vpp=vpp,
+        sequence_parallel=_arg(args, "sequence_parallel", where, kind=bool, default=False),
+        first_stage_layers=args.get("decoder_first_pipeline_num_layers", "None") != "None"
+        and _arg(args, "decoder_first_pipeline_num_layers", where) or None,
+        last_stage_layers=args.get("decoder_last_pipeline_num_layers", "None") != "None"
+        and _arg(args, "decoder_last_pipeline_num_layers", where) or None,
+        rank_order="tp-cp-pp-dp" if _arg(args, "use_tp_pp_dp_mapping", where, kind=bool, default=False) else "tp-cp-dp-pp",
+        overlap_grad_reduce=_arg(args, "overlap_grad_reduce", where, kind=bool, default=False),
+        overlap_param_gather=_arg(args, "overlap_param_gather", where, kind=bool, default=False),
+        tp_comm_overlap=_arg(args, "tp_comm_overlap", where, kind=bool, default=False),
+    )
+    return training, layout
+
+
+def observation(measurement: LogMeasurement, model: ModelSpec, training: TrainingSpec | None = None,
+                layout: Layout | None = None) -> Observation:
+    """An Observation from a parsed log; training and layout come from the log's Megatron argument
+    dump where it has one, else must be given."""
+    if training is None or layout is None:
+        if not measurement.args:
+            raise LogError(f"{measurement.source}: the log has no argument dump ({measurement.framework}); "
+                           "give the layout and workload (--tp, --pp, --dp, --micro-batch-size, --global-batch-size, "
+                           "--seq-length, ...)")
+        t, lay = megatron_setup(measurement.args, model, measurement.source)
+        training, layout = training or t, layout or lay
+    step = measurement.step_time_s(training.global_batch_size, training.seq_length, layout.world_size)
+    return Observation(measurement.source, model, training, layout, step, measurement.peak_memory_bytes)
+
+
+@dataclass(frozen=True)
+class RunFit:
+    """One run before and after calibration (and left out of the fit, when there are several)."""
+
+    label: str
+    measured_s: float
+    before_s: float
+    after_s: float
+    left_out_s: float | None
+    measured_peak: float | None
+    before_peak: float
+    after_peak: float
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """The calibrated cluster and what the fit did."""
+
+    cluster: ClusterSpec
+    factors: dict[str, float]
+    overhead_before: float
+    overhead_after: float
+    runs: tuple[RunFit, ...]
+    error: PredictionError
+    notes: tuple[str, ...] = field(default=())
+
+    @staticmethod
+    def _err(pred: float, meas: float) -> float:
+        return pred / meas - 1
+
+    def median_error(self, which: str) -> float | None:
+        """Median |predicted / measured − 1| of step time: which = 'before', 'after' or 'left_out'."""
+        vals = [abs(getattr(r, f"{which}_s") / r.measured_s - 1) for r in self.runs
+                if getattr(r, f"{which}_s") is not None]
+        return statistics.median(vals) if vals else None
+
+
+def _predict(cluster: ClusterSpec, obs: Observation, factors: dict[str, float], overhead: float | None = None) -> Plan:
+    c = apply_factors(cluster, factors, overhead).model_copy(update={"num_nodes": obs.nodes(cluster)})
+    try:
+        return evaluate(obs.model, c, obs.training, obs.layout)
+    except PlannerError as err:
+        raise PlannerError(f"{obs.label}: {err}") from None
+
+
+def _fit_factors(cluster: ClusterSpec, runs: Sequence[Observation],
+                 starts: Sequence[dict[str, float]] = START_POINTS) -> dict[str, float]:
+    """MAP factors by Levenberg-Marquardt in log space (numerical Jacobian, steps of at most 0.2 in
+    ln factor), from each of `starts`, keeping the lowest objective: the model has kinks (a
+    collective turns NVLink-bound as the NIC bandwidth rises) that trap a single descent."""
+    names = [p.name for p in PARAMETERS]
+    prior = np.array([p.prior_sigma for p in PARAMETERS])
+    meas = np.log([r.step_time_s for r in runs])
+
+    def residuals(zv: np.ndarray) -> np.ndarray:
+        f = dict(zip(names, np.exp(zv)))
+        pred = np.log([_predict(cluster, r, f).step_time_s for r in runs])
+        return np.concatenate([(pred - meas) / MEASUREMENT_SIGMA, zv / prior])
+
+    best = None
+    for start in starts:
+        z, cost = _descend(residuals, np.log([start.get(n, 1.0) for n in names]))
+        if best is None or cost < best[1]:
+            best = (z, cost)
+    return {n: float(v) for n, v in zip(names, np.exp(best[0]))}
+
+
+def _descend(residuals, z: np.ndarray) -> tuple[np.ndarray, float]:
+    res, lam, h = residuals(z), 1e-3, 1e-4
+    cost = float(res @ res)
+    for _ in range(100):
+        jac = np.stack([(residuals(z + h * e) - residuals(z - h * e)) / (2 * h) for e in np.eye(len(z))], axis=1)
+        jtj, g = jac.T @ jac, jac.T @ res
+        while lam < 1e8:
+            step = np.clip(np.linalg.solve(jtj + lam * np.diag(np.diag(jtj) + 1e-9), -g), -0.2, 0.2)
+            trial = residuals(z + step)
+            if float(trial @ trial) < cost:
+                lam = max(lam / 10, 1e-7)
+                break
+            lam *= 10
+        else:
+            break
+        z, res, cost = z + step, trial, float(trial @ trial)
+        if np.max(np.abs(step)) < 1e-6:
+            break
+    return z, cost
+
+
+def _fit_overhead(cluster: ClusterSpec, runs: Sequence[Observation], factors: dict[str, float]) -> float:
+    """MAP memory overhead: normal prior at the catalog's, each measured peak one normal observation."""
+    prec, total = 1 / OVERHEAD_PRIOR_SIGMA**2, cluster.memory_overhead / OVERHEAD_PRIOR_SIGMA**2
+    for r in runs:
+        if r.peak_memory_bytes is None:
+            continue
+        ledger = _predict(cluster, r, factors, overhead=0.0).peak_memory_bytes
+        prec += 1 / MEMORY_MEASUREMENT_SIGMA**2
+        total += (r.peak_memory_bytes - ledger) / MEMORY_MEASUREMENT_SIGMA**2
+    return max(0.0, total / prec)
+
+
+def _error_after(cluster: ClusterSpec, training: TrainingSpec, runs: Sequence[RunFit]) -> PredictionError:
+    """The spread claimed after calibration: leave-one-run-out residuals when there are three or more
+    runs, never below CALIBRATED_SIGMA_FLOOR."""
+    lo = [math.log(r.measured_s / r.left_out_s) for r in runs if r.left_out_s is not None]
+    sigma = CALIBRATED_SIGMA_FLOOR.step_time_sigma
+    basis = f"calibrated on {len(runs)} log{'s' if len(runs) > 1 else ''}"
+    if len(lo) >= 3:
+        sigma = max(sigma, math.sqrt(sum(x * x for x in lo) / len(lo)))
+        basis += f"; leave-one-run-out spread {sigma:.3f}"
+    mem = [math.log(r.measured_peak / r.after_peak) for r in runs if r.measured_peak]
+    if mem:
+        msigma = max(CALIBRATED_SIGMA_FLOOR.memory_sigma, math.sqrt(sum(x * x for x in mem) / len(mem)))
+    else:  # no memory measured: the published spread stands
+        msigma = prediction_error(cluster, training).memory_sigma
+    return PredictionError(step_time_sigma=min(2.0, sigma), memory_sigma=min(2.0, msigma), basis=basis)
+
+
+def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationResult:
+    """Fit the cluster's physical parameters to measured runs (see the module doc).
+
+    Returns:
+        The calibrated cluster (provenance names the runs; prediction_error set from the fit's
+        leave-one-run-out residuals) and, per run, the step time before, after and left out.
+
+    Raises:
+        PlannerError: no runs, a run that does not fit on the cluster's GPUs per node, or a
+            layout the planner rejects (named).
+    """
+    if not runs:
+        raise PlannerError("calibrate: give at least one training log")
+    factors = _fit_factors(cluster, runs)
+    overhead = _fit_overhead(cluster, runs, factors)
+    left_out: list[float | None] = [None] * len(runs)
+    if len(runs) > 1:
+        for i in range(len(runs)):
+            rest = [r for j, r in enumerate(runs) if j != i]
+            left_out[i] = _predict(cluster, runs[i], _fit_factors(cluster, rest, (factors,))).step_time_s
+    fits = []
+    for r, lo in zip(runs, left_out):
+        before, after = _predict(cluster, r, {}), _predict(cluster, r, factors, overhead)
+        fits.append(RunFit(r.label, r.step_time_s, before.step_time_s, after.step_time_s, lo, r.peak_memory_bytes,
+                           before.peak_memory_bytes, after.peak_memory_bytes))
+    error = _error_after(cluster, runs[0].training, fits)
+    calibrated = apply_factors(cluster, factors, overhead)
+    names = ", ".join(r.label for r in runs)
+    provenance = dict(cluster.provenance)
+    for key in ("calibration.gemm_efficiency", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
+                "calibration.tp_comm_exposed", "scaleout.nic_busbw", "memory_overhead", "prediction_error"):
+        provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
+    calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
+                                               "name": f"{cluster.name}-calibrated"})
+    notes = []
+    for p in PARAMETERS:
+        if abs(math.log(factors[p.name])) < 0.005:
+            notes.append(f"{p.name}: not moved by these logs (kept the catalog value)")
+    return CalibrationResult(calibrated, factors, cluster.memory_overhead, overhead, tuple(fits), error, tuple(notes))
+
+
+CALIBRATED_MARKER = b"# written by planner calibrate"
+"""First line of a calibrated cluster YAML (planner rewrites only files that carry it)."""
+
+
+def calibrated_yaml(result: CalibrationResult) -> str:
+    """The calibrated cluster as YAML that load_cluster reads (SI numbers; provenance names the logs)."""
+    import yaml
+
+    head = [CALIBRATED_MARKER.decode(), f"# from {result.cluster.provenance.get('prediction_error', '')}",
+            "# factors on the catalog values: " + ", ".join(f"{k} {v:.3f}" for k, v in result.factors.items())]
+    return "\n".join(head) + "\n" + yaml.safe_dump(result.cluster.model_dump(mode="json"), sort_keys=False,
+                                                  allow_unicode=False, width=200)

@@ -1,0 +1,249 @@
+"""Training logs: step time and peak memory as Megatron-LM, Megatron-Bridge/NeMo, torchtitan and
+DeepSpeed print them.
+
+Each format is read from the framework's source (the line it prints is quoted beside its parser):
+- Megatron-LM [NVIDIA/Megatron-LM@d98e8a6 megatron/training/training.py:training_log] prints, on the
+  last rank every --log-interval iterations,
+  `` [YYYY-mm-dd HH:MM:SS.ffffff] iteration      I/     N | consumed samples: … | elapsed time per
+  iteration (ms): X | …``, the time averaged over the interval; [megatron/training/utils/
+  common_utils.py:report_memory] prints per DP-rank-0 (one line per pipeline/tensor rank)
+  ``[Rank R] (after I iterations) memory (MB) | allocated: … | max allocated: … | reserved: … |
+  max reserved: …`` (MiB); [megatron/training/arguments.py:_print_args] the argument dump
+  between ``---- arguments ----`` and ``---- end of arguments ----``, one ``  name ..... value`` per line.
+- Megatron-Bridge [NVIDIA-NeMo/Megatron-Bridge@067f987 src/megatron/bridge/training/utils/
+  train_utils.py:training_log] prints the same iteration line (timestamp without fractions) and
+  ``[Rank R] (after I iterations) memory (GB) | mem-max-reserved-gigabytes: X | …`` (1e9 bytes);
+  NeMo 2 (Lightning) prints ``… | train_step_timing in s: X | …``.
+- torchtitan [pytorch/torchtitan@b5bcd76 torchtitan/components/metrics.py:MetricsProcessor.log]:
+  ``step: S  loss: …  grad_norm: …  memory: X.XXGiB(P%)  tps: N,NNN  tflops: …  mfu: …%`` (ANSI
+  colours optional) — memory is the peak *reserved* GiB since the last line, tps tokens per second
+  per device divided by the non-data-parallel size (= tokens/s per GPU).
+- DeepSpeed [deepspeedai/DeepSpeed@edaa722 deepspeed/utils/timer.py:ThroughputTimer.stop]:
+  ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y,
+  MemAllocated=AGB, MaxMemAllocated=BGB`` (samples = the global train batch, engine.py);
+  [deepspeed/runtime/utils.py:see_memory_usage] ``MA x GB  Max_MA x GB  CA x GB  Max_CA x GB``
+  (GiB; Max_CA = peak reserved, rounded to whole GiB).
+
+Warm-up is skipped: the first logged step of each run (it carries compilation, allocator growth
+and NCCL set-up) and every step numbered ≤ WARMUP_STEPS; the measurement is the median of the
+steady-state steps. Peak memory is the largest peak *reserved* over the ranks that print it (what
+the planner's peak — ledger plus overhead — is compared with); where a log has only allocated
+bytes, that is used and named.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from planner.errors import PlannerError
+
+__all__ = ["LogError", "LogMeasurement", "parse_log", "read_log", "WARMUP_STEPS", "MAX_LOG_BYTES"]
+
+WARMUP_STEPS = 3
+"""Steps numbered up to this are warm-up (in addition to the first logged step)."""
+
+MAX_LOG_BYTES = 256 << 20
+"""Logs larger than 256 MiB are refused (read the tail of a longer one)."""
+
+Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed"]
+Rate = Literal["step_s", "tokens_per_s_per_gpu", "samples_per_s"]
+
+
+class LogError(PlannerError, ValueError):
+    """A training log could not be read: names the file and line and what was expected."""
+
+
+@dataclass(frozen=True)
+class LogMeasurement:
+    """What one training log measured (steady state)."""
+
+    source: str
+    """The file name (or '<text>')."""
+    framework: Framework
+    rate: Rate
+    """What `value` is: seconds per step, tokens/s per GPU (torchtitan) or global samples/s (DeepSpeed)."""
+    value: float
+    """Median over the steady-state steps."""
+    steps: tuple[int, ...]
+    """The step numbers the median is taken over."""
+    peak_memory_bytes: float | None = None
+    memory_kind: Literal["max reserved", "max allocated"] | None = None
+    args: dict[str, str] = field(default_factory=dict, repr=False)
+    """Megatron's argument dump, name → printed value (empty where the log has none)."""
+
+    def step_time_s(self, global_batch_size: int, seq_length: int, num_gpus: int) -> float:
+        """Seconds per optimizer step, whatever the framework printed."""
+        if self.rate == "step_s":
+            return self.value
+        if self.rate == "samples_per_s":
+            return global_batch_size / self.value
+        return global_batch_size * seq_length / (self.value * num_gpus)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NUM = r"([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_MEGATRON_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|(.*)$")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*" + _NUM)
+_MEGATRON_MEM = re.compile(r"\(after (\d+) iterations\) memory \((MB|GB)\)\s*\|(.*)$")
+_NEMO_STEP = re.compile(r"train_step_timing in s:\s*" + _NUM)
+_NEMO_ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
+_NEMO_GLOBAL_STEP = re.compile(r"global_step:\s*" + _NUM)
+_TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:.*?memory:\s*" + _NUM + r"\s*GiB.*?\btps:\s*" + _NUM)
+_DS_TPUT = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=" + _NUM + r",\s*CurrSamplesPerSec=" + _NUM
+                      + r"(?:,\s*MemAllocated=" + _NUM + r"GB,\s*MaxMemAllocated=" + _NUM + r"GB)?")
+_DS_MEM = re.compile(r"\bMA\s+" + _NUM + r"\s*GB\s+Max_MA\s+" + _NUM + r"\s*GB\s+CA\s+" + _NUM + r"\s*GB\s+Max_CA\s+"
+                     + _NUM + r"\s*GB")
+_ARGS_BEGIN = re.compile(r"^-+ arguments -+\s*$")
+_ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
+_ARG = re.compile(r"^\s+(\S+) \.+ (.*)$")
+
+MIB, GIB = 2**20, 2**30
+
+
+def _number(text: str, where: str) -> float:
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        raise LogError(f"{where}: '{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise LogError(f"{where}: '{text}' is not a finite number")
+    return value
+
+
+def _steady(points: list[tuple[int, float]], where: str, what: str) -> tuple[float, tuple[int, ...]]:
+    """Median of the steady-state points (drops the first logged step and steps ≤ WARMUP_STEPS)."""
+    if not points:
+        raise LogError(f"{where}: no {what} found")
+    first = points[0][0]
+    steady = [(s, v) for s, v in points if s != first and s > WARMUP_STEPS]
+    if not steady:
+        steps = ", ".join(str(s) for s, _ in points)
+        raise LogError(f"{where}: only warm-up steps ({steps}); log more steps (the first logged step "
+                       f"and steps ≤ {WARMUP_STEPS} are skipped)")
+    bad = [s for s, v in steady if v <= 0]
+    if bad:
+        raise LogError(f"{where}: step {bad[0]}: {what} must be positive")
+    return statistics.median(v for _, v in steady), tuple(s for s, _ in steady)
+
+
+def _fields(tail: str) -> dict[str, str]:
+    """'a: 1 | b: 2 |' → {'a': '1', 'b': '2'}."""
+    out = {}
+    for part in tail.split("|"):
+        if ":" in part:
+            key, _, value = part.partition(":")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _megatron_args(lines: list[str], where: str) -> dict[str, str]:
+    args: dict[str, str] = {}
+    inside = False
+    for i, line in enumerate(lines, 1):
+        if _ARGS_BEGIN.match(line):
+            inside, args = True, {}
+        elif _ARGS_END.match(line):
+            inside = False
+        elif inside:
+            m = _ARG.match(line)
+            if m:
+                args[m.group(1)] = m.group(2).strip()
+    if inside:
+        raise LogError(f"{where}: the argument dump starts but never ends (truncated log?)")
+    return args
+
+
+def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
+    """The steady-state step time and peak memory of one training log (format detected).
+
+    Raises:
+        LogError: no known step line, only warm-up steps, or a malformed number (names the line).
+    """
+    lines = [_ANSI.sub("", raw).rstrip("\r") for raw in text.split("\n")]
+    megatron, nemo, titan, ds = [], [], [], []
+    titan_mem, ds_mem_alloc = [], []
+    mem_reserved: list[float] = []
+    mem_allocated: list[float] = []
+    for i, line in enumerate(lines, 1):
+        where = f"{source}:{i}"
+        if (m := _MEGATRON_ITER.search(line)) and "elapsed time per iteration" in line:
+            e = _ELAPSED.search(m.group(3))
+            if not e:
+                raise LogError(f"{where}: iteration line without 'elapsed time per iteration (ms): <number>'")
+            megatron.append((int(m.group(1)), _number(e.group(1), where) / 1e3))
+        elif (m := _MEGATRON_MEM.search(line)):
+            f, scale = _fields(m.group(3)), (MIB if m.group(2) == "MB" else 1e9)
+            reserved = f.get("max reserved", f.get("mem-max-reserved-gigabytes"))
+            allocated = f.get("max allocated", f.get("mem-max-allocated-gigabytes"))
+            if reserved is None and allocated is None:
+                raise LogError(f"{where}: memory line without 'max reserved' or 'max allocated'")
+            if reserved is not None:
+                mem_reserved.append(_number(reserved, where) * scale)
+            if allocated is not None:
+                mem_allocated.append(_number(allocated, where) * scale)
+        elif (m := _NEMO_STEP.search(line)):
+            it = _NEMO_ITER.search(line) or _NEMO_GLOBAL_STEP.search(line)
+            step = int(float(it.group(1).replace(",", ""))) if it else len(nemo) + 1
+            nemo.append((step, _number(m.group(1), where)))
+        elif (m := _TITAN.search(line)):
+            titan.append((int(m.group(1)), _number(m.group(3), where)))
+            titan_mem.append((int(m.group(1)), _number(m.group(2), where) * GIB))
+        elif (m := _DS_TPUT.search(line)):
+            ds.append((int(m.group(1)), _number(m.group(3), where)))
+            if m.group(5) is not None:
+                ds_mem_alloc.append(_number(m.group(5), where) * GIB)
+        elif (m := _DS_MEM.search(line)):
+            mem_reserved.append(_number(m.group(4), where) * GIB)
+            mem_allocated.append(_number(m.group(2), where) * GIB)
+        elif "elapsed time per iteration" in line or "train_step_timing" in line or "CurrSamplesPerSec" in line:
+            raise LogError(f"{where}: a step line in an unexpected shape: {line.strip()[:120]!r}")
+    found = [name for name, pts in (("megatron", megatron), ("nemo", nemo), ("torchtitan", titan),
+                                    ("deepspeed", ds)) if pts]
+    if not found:
+        raise LogError(f"{source}: no training step lines of Megatron-LM/Megatron-Bridge ('elapsed time per "
+                       "iteration (ms)'), NeMo ('train_step_timing in s'), torchtitan ('step: … tps: …') or "
+                       "DeepSpeed ('CurrSamplesPerSec=')")
+    if len(found) > 1:
+        raise LogError(f"{source}: step lines of several frameworks ({', '.join(found)}): give one run per log")
+    fw = found[0]
+    args = _megatron_args(lines, source) if fw in ("megatron", "nemo") else {}
+    if fw == "megatron" or fw == "nemo":
+        value, steps = _steady(megatron or nemo, source, "step times")
+        rate: Rate = "step_s"
+        if fw == "megatron" and any("memory (GB)" in ln for ln in lines):
+            fw = "nemo"  # Megatron-Bridge prints the Megatron iteration line and its own memory line
+    elif fw == "torchtitan":
+        value, steps = _steady(titan, source, "tps values")
+        rate = "tokens_per_s_per_gpu"
+        mem_reserved = [v for s, v in titan_mem if s in steps]
+    else:
+        value, steps = _steady(ds, source, "CurrSamplesPerSec values")
+        rate = "samples_per_s"
+        mem_allocated = mem_allocated + ds_mem_alloc
+    if mem_reserved:
+        peak, kind = max(mem_reserved), "max reserved"
+    elif mem_allocated:
+        peak, kind = max(mem_allocated), "max allocated"
+    else:
+        peak, kind = None, None
+    return LogMeasurement(source=source, framework=fw, rate=rate, value=value, steps=steps,
+                          peak_memory_bytes=peak, memory_kind=kind, args=args)
+
+
+def read_log(path: str | Path) -> LogMeasurement:
+    """parse_log on a file (UTF-8; undecodable bytes replaced, as logs hold stray binary)."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_LOG_BYTES:
+            raise LogError(f"{p.name}: {size / MIB:.0f} MiB is over the {MAX_LOG_BYTES // MIB} MiB limit "
+                           "(pass the tail of the log)")
+        text = p.read_bytes().decode("utf-8", errors="replace")
+    except OSError as err:
+        raise LogError(f"{p}: cannot read the log ({err.strerror or err})") from None
+    return parse_log(text, source=p.name)

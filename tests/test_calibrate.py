@@ -1,0 +1,257 @@
+"""Training logs, calibration from them, prediction intervals, OOM risk and ties."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.calibration import apply_factors, calibrate, megatron_setup, observation
+from planner.cli import main
+from planner.logs import LogError, parse_log, read_log
+from planner.specs import Layout, PredictionError, TrainingSpec
+from planner.uncertainty import interval, oom_risk, peak_for_risk
+
+from log_writers import GIB, MB, deepspeed_log, megatron_log, nemo_log, torchtitan_log
+
+LOGS = Path(__file__).parent / "logs"
+
+
+# --- parsing: fixtures in each framework's print format, numbers worked out by hand from the file
+
+
+def test_megatron_fixture():
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    assert m.framework == "megatron" and m.rate == "step_s"
+    assert m.steps == (20, 30, 40, 50)  # iteration 10 (the first logged) is warm-up
+    assert m.value == pytest.approx((7906.7 + 7911.0) / 2 / 1e3)  # median of 7911.0, 7906.7, 7918.2, 7906.1 ms
+    assert m.peak_memory_bytes == pytest.approx(41216.00 * MB) and m.memory_kind == "max reserved"
+    assert m.args["tensor_model_parallel_size"] == "2" and m.args["recompute_granularity"] == "selective"
+
+
+def test_megatron_arguments_give_the_layout():
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    training, layout = megatron_setup(m.args, planner.load_model("llama3-8b"), m.source)
+    assert (training.global_batch_size, training.seq_length, training.grad_dtype) == (128, 8192, "fp32")
+    assert (layout.tp, layout.pp, layout.cp, layout.dp, layout.zero_stage) == (2, 2, 1, 4, 1)
+    assert layout.recompute == "selective" and layout.sequence_parallel and layout.vpp == 1
+    assert layout.overlap_grad_reduce and layout.overlap_param_gather and not layout.tp_comm_overlap
+
+
+def test_megatron_arguments_must_match_the_model():
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    with pytest.raises(LogError, match="num_layers = 32, the model llama3-70b has 80"):
+        megatron_setup(m.args, planner.load_model("llama3-70b"), m.source)
+
+
+def test_nemo_fixture():
+    m = read_log(LOGS / "nemo2_llama3_8b.log")
+    assert m.framework == "nemo" and m.steps == (4, 5, 6)  # iterations 0-3 are warm-up
+    assert m.value == pytest.approx(3.5)  # median of 3.497, 3.503, 3.5
+    assert m.peak_memory_bytes is None
+
+
+def test_torchtitan_fixture_with_colours():
+    m = read_log(LOGS / "torchtitan_llama3_8b.log")
+    assert m.framework == "torchtitan" and m.rate == "tokens_per_s_per_gpu"
+    assert m.steps == (10, 20, 30) and m.value == 6505  # median of 6,512 / 6,498 / 6,505
+    assert m.peak_memory_bytes == pytest.approx(47.91 * GIB)
+    # step time = global tokens / (tokens/s per GPU x GPUs): 128 x 8192 / (6505 x 16)
+    assert m.step_time_s(128, 8192, 16) == pytest.approx(128 * 8192 / (6505 * 16))
+
+
+def test_deepspeed_fixture():
+    m = read_log(LOGS / "deepspeed_gpt.log")
+    assert m.framework == "deepspeed" and m.steps == (20, 30, 40)
+    assert m.value == pytest.approx(110.0437118)  # median of CurrSamplesPerSec at steps 20-40
+    assert m.step_time_s(512, 2048, 64) == pytest.approx(512 / 110.0437118)  # samples = the global batch
+    assert m.peak_memory_bytes == 56 * GIB and m.memory_kind == "max reserved"  # Max_CA, whole GiB
+
+
+@pytest.mark.parametrize("text, match", [
+    ("", "no training step lines"),
+    ("hello\nworld\n", "no training step lines"),
+    (" iteration       10/     100 | elapsed time per iteration (ms): 12.5 |\n", "only warm-up steps"),
+    (" iteration       10/     100 | elapsed time per iteration (ms): 1.0 |\n"
+     " iteration       20/     100 | elapsed time per iteration (ms): abc |\n", "bad.log:2: iteration line without"),
+    (" iteration       10/     100 | elapsed time per iteration (ms): 1.0 |\n"
+     " iteration       20/     100 | elapsed time per iteration (ms): 1e999 |\n", ":2: '1e999' is not a finite number"),
+    ("CurrSamplesPerSec is 12\n", ":1: a step line in an unexpected shape"),
+    (" iteration       10/     100 | elapsed time per iteration (ms): 1.0 |\n"
+     " iteration       20/     100 | elapsed time per iteration (ms): 0.0 |\n", "step 20: step times must be positive"),
+    ("------------------------ arguments ------------------------\n  bf16 ........ True\n"
+     " iteration       10/     100 | elapsed time per iteration (ms): 1.0 |\n"
+     " iteration       20/     100 | elapsed time per iteration (ms): 1.0 |\n", "never ends"),
+    ("[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0\n"
+     " iteration       20/     100 | elapsed time per iteration (ms): 1.0 |\n", ":1: memory line without"),
+])
+def test_malformed_logs_fail_with_one_line(text, match):
+    with pytest.raises(LogError, match=match) as err:
+        parse_log(text, "bad.log")
+    assert "\n" not in str(err.value)
+
+
+def test_a_log_of_two_frameworks_is_refused():
+    with pytest.raises(LogError, match="several frameworks"):
+        parse_log(megatron_log(1.0, GIB) + torchtitan_log(1000, GIB))
+
+
+def test_truncated_log_keeps_what_it_has_or_says_why():
+    text = megatron_log(2.0, 10 * GIB)
+    cut = text[: text.index("iteration       30")]  # cut mid-line after step 20
+    assert parse_log(cut).steps == (20,)
+    with pytest.raises(LogError, match="only warm-up"):
+        parse_log(text[: text.index("iteration       20")])
+
+
+def test_cli_bad_log_is_one_line(tmp_path):
+    bad = tmp_path / "x.log"
+    bad.write_bytes(b"\xff\xfe garbage \x00\n")
+    err = io.StringIO()
+    rc = main(["calibrate", "llama3-8b", "dgx-h100", str(bad), "--out", str(tmp_path / "c.yaml")], stdout=io.StringIO(), stderr=err)
+    assert rc == 2 and err.getvalue().count("\n") == 1 and "x.log" in err.getvalue()
+
+
+# --- calibration: recover known perturbations from synthesised logs
+
+MODEL = "llama3-8b"
+RUNS = [  # layouts chosen to expose every parameter: DP across nodes, TP-heavy, long sequences, PP
+    (TrainingSpec(global_batch_size=32, seq_length=8192), Layout(tp=1, dp=32, zero_stage=1)),
+    (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=32, zero_stage=1, micro_batch_size=2)),
+    (TrainingSpec(global_batch_size=256, seq_length=8192), Layout(tp=2, dp=16, zero_stage=1, sequence_parallel=True)),
+    (TrainingSpec(global_batch_size=256, seq_length=8192), Layout(tp=8, dp=4, zero_stage=1, sequence_parallel=True)),
+    (TrainingSpec(global_batch_size=64, seq_length=32768), Layout(tp=4, cp=2, dp=4, zero_stage=1, sequence_parallel=True)),
+    (TrainingSpec(global_batch_size=256, seq_length=4096),
+     Layout(tp=2, pp=2, dp=8, zero_stage=1, micro_batch_size=2, sequence_parallel=True, overlap_grad_reduce=True)),
+]
+TRUE_FACTORS = {"gemm": 0.8, "scaleout": 0.5}  # 20 % slower GEMMs, half the NIC bandwidth
+
+
+@pytest.fixture(scope="module")
+def recovered():
+    model, base = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=4)
+    truth = apply_factors(base, TRUE_FACTORS, overhead=base.memory_overhead + 2 * GIB)  # and 2 GiB more overhead
+    obs = []
+    for i, (t, lay) in enumerate(RUNS):
+        p = planner.evaluate(model, truth, t, lay)
+        text = megatron_log(p.step_time_s, p.peak_memory_bytes)
+        obs.append(observation(parse_log(text, f"run{i}.log"), model, t, lay))
+    return model, base, truth, calibrate(base, obs)
+
+
+def test_calibration_recovers_the_perturbation(recovered):
+    _, base, truth, r = recovered
+    assert r.factors["gemm"] == pytest.approx(0.8, rel=0.03)
+    assert r.factors["scaleout"] == pytest.approx(0.5, rel=0.03)
+    assert r.factors["attention"] == pytest.approx(1.0, rel=0.03)
+    assert r.overhead_after == pytest.approx(truth.memory_overhead, rel=0.03)
+    assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
+
+
+def test_calibrated_cluster_predicts_other_layouts(recovered):
+    model, _, truth, r = recovered
+    others = [(TrainingSpec(global_batch_size=128, seq_length=8192), Layout(tp=4, dp=8, zero_stage=1, sequence_parallel=True)),
+              (TrainingSpec(global_batch_size=128, seq_length=16384), Layout(tp=2, pp=4, dp=4, zero_stage=1, sequence_parallel=True)),
+              (TrainingSpec(global_batch_size=512, seq_length=2048), Layout(tp=1, dp=32, zero_stage=1, micro_batch_size=4))]
+    for t, lay in others:
+        want = planner.evaluate(model, truth, t, lay).step_time_s
+        before = planner.evaluate(model, planner.load_cluster("dgx-h100", nodes=4), t, lay).step_time_s
+        got = planner.evaluate(model, r.cluster.model_copy(update={"num_nodes": 4}), t, lay).step_time_s
+        assert abs(got / want - 1) < 0.03 < abs(before / want - 1)
+
+
+def test_one_log_cannot_move_what_it_does_not_measure():
+    # one node, TP inside NVLink, no inter-node traffic: the NIC bandwidth must stay the catalog's
+    model, base = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=1)
+    t, lay = TrainingSpec(global_batch_size=64, seq_length=8192), Layout(tp=8, dp=1, zero_stage=1, sequence_parallel=True)
+    slow = apply_factors(base, {"gemm": 0.85})
+    step = planner.evaluate(model, slow, t, lay).step_time_s
+    r = calibrate(base, [observation(parse_log(megatron_log(step, 30 * GIB)), model, t, lay)])
+    assert r.factors["scaleout"] == pytest.approx(1.0, abs=1e-3)
+    assert any(n.startswith("scaleout: not moved") for n in r.notes)
+    assert r.median_error("after") < r.median_error("before")
+
+
+def test_cli_calibrate_writes_a_cluster_that_plan_reads(tmp_path):
+    out = io.StringIO()
+    path = tmp_path / "mine.yaml"
+    rc = main(["calibrate", MODEL, "dgx-h100", str(LOGS / "megatron_llama3_8b.log"), "--out", str(path)],
+              stdout=out, stderr=io.StringIO())
+    assert rc == 0, out.getvalue()
+    assert "left out" in out.getvalue() and "wrote" in out.getvalue()
+    cluster = planner.load_cluster(str(path), nodes=2)
+    assert cluster.prediction_error is not None and "megatron_llama3_8b.log" in cluster.provenance["memory_overhead"]
+    # the measured step (7.909 s) is what the calibrated cluster now predicts for the logged layout
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    t, lay = megatron_setup(m.args, planner.load_model(MODEL), m.source)
+    assert planner.evaluate(planner.load_model(MODEL), cluster, t, lay).step_time_s == pytest.approx(m.value, rel=0.03)
+    # rewriting its own file is fine; a file planner did not write is refused
+    assert main(["calibrate", MODEL, "dgx-h100", str(LOGS / "megatron_llama3_8b.log"), "--out", str(path)],
+                stdout=io.StringIO(), stderr=io.StringIO()) == 0
+    foreign = tmp_path / "foreign.yaml"
+    foreign.write_text("name: x\n")
+    err = io.StringIO()
+    assert main(["calibrate", MODEL, "dgx-h100", str(LOGS / "megatron_llama3_8b.log"), "--out", str(foreign)],
+                stdout=io.StringIO(), stderr=err) == 2 and "foreign.yaml" in err.getvalue()
+
+
+def test_cli_calibrate_without_argument_dump_needs_the_workload(tmp_path):
+    err = io.StringIO()
+    rc = main(["calibrate", MODEL, "dgx-h100", str(LOGS / "torchtitan_llama3_8b.log"), "--out", str(tmp_path / "c.yaml")],
+              stdout=io.StringIO(), stderr=err)
+    assert rc == 2 and "--global-batch-size" in err.getvalue()
+    rc = main(["calibrate", MODEL, "dgx-h100", str(LOGS / "torchtitan_llama3_8b.log"), "--out", str(tmp_path / "c.yaml"),
+               "--nodes", "2", "--global-batch-size", "128", "--seq-length", "8192", "--zero", "3", "--json"],
+              stdout=(out := io.StringIO()), stderr=io.StringIO())
+    assert rc == 0 and '"calibrated_s"' in out.getvalue()
+
+
+# --- intervals, OOM risk, ties
+
+
+def test_interval_and_risk_against_the_normal_quantiles():
+    # ln(measured/predicted) ~ N(0.1, 0.2): the 80 % interval is exp(0.1 ± 1.2816 x 0.2)
+    i = interval(10.0, 0.1, 0.2, 0.8)
+    assert (i.lo, i.hi) == pytest.approx((10 * math.exp(0.1 - 0.25631), 10 * math.exp(0.1 + 0.25631)), rel=1e-4)
+    e = PredictionError(step_time_sigma=0.1, memory_sigma=0.05)
+    assert oom_risk(80.0, 80.0, e) == pytest.approx(0.5)  # a peak exactly at capacity: even odds
+    assert oom_risk(80 * math.exp(-1.6449 * 0.05), 80.0, e) == pytest.approx(0.05, abs=1e-4)  # 1.645 sigma below
+    assert peak_for_risk(80.0, e, 0.05) == pytest.approx(80 * math.exp(-1.6449 * 0.05), rel=1e-4)
+
+
+def test_plans_carry_intervals_and_a_max_oom_risk_is_honoured():
+    model, cluster = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=128, seq_length=8192)
+    free = planner.plan(model, cluster, t, top_k=3, structural=False, time_limit_s=60)
+    capped = planner.plan(model, cluster, t, top_k=3, structural=False, time_limit_s=60, max_oom_risk=0.05)
+    b = free.best
+    lo, hi = b.step_time_interval(0.8).lo, b.step_time_interval(0.8).hi
+    assert lo < b.step_time_s < hi and b.step_time_interval(0.95).lo < lo
+    assert free.best.oom_risk > 0.05  # the unconstrained optimum runs close to the memory limit
+    for p in (capped.best, *capped.alternatives):
+        assert p.oom_risk <= 0.05 and p.memory.capacity == cluster.gpu.memory
+    assert capped.best.step_time_s >= free.best.step_time_s
+
+
+def test_calibrated_intervals_are_narrower():
+    model, cluster = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    t, lay = TrainingSpec(global_batch_size=1024, seq_length=8192), Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True)
+    mine = cluster.model_copy(update={"prediction_error": PredictionError(step_time_sigma=0.04, memory_sigma=0.03)})
+    wide, narrow = planner.evaluate(model, cluster, t, lay).step_time_interval(), planner.evaluate(model, mine, t, lay).step_time_interval()
+    assert narrow.hi - narrow.lo < 0.5 * (wide.hi - wide.lo)
+
+
+def test_ties_follow_the_ranking_spread():
+    model = planner.load_model("llama3-70b")
+    t, lay = TrainingSpec(global_batch_size=1024, seq_length=8192), Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True)
+    sharp = planner.load_cluster("dgx-h100", nodes=8).model_copy(update={"prediction_error": PredictionError(
+        step_time_sigma=0.05, ranking_sigma=0.02, memory_sigma=0.03)})
+    a = planner.evaluate(model, sharp, t, lay)
+    b = planner.evaluate(model, sharp, t, lay.model_copy(update={"micro_batch_size": 2}))
+    c = planner.evaluate(model, sharp, t, lay.model_copy(update={"recompute": "full"}))
+    # 1.2816 x 2 % = 2.6 %: layouts closer than that are tied, further apart are not
+    assert a.tied_with(b) == (abs(math.log(a.step_time_s / b.step_time_s)) <= 0.025631)
+    assert not a.tied_with(c)  # full recompute costs about a third more compute
