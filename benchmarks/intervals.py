@@ -143,6 +143,7 @@ def write(tab: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the table into planner/uncertainty.py")
+    ap.add_argument("--one-run", action="store_true", help="also: calibrate on one run of a sweep, predict the rest")
     a = ap.parse_args(argv)
     runs = load_runs()
     step, mem = step_residuals(runs), memory_residuals(runs)
@@ -156,10 +157,44 @@ def main(argv=None) -> int:
           f"80 %: {coverage_rows(step, Z80):.1%}, 95 %: {coverage_rows(step, 1.959963984540054):.1%}")
     print(f"coverage, intervals built without the row's source group: "
           f"80 %: {coverage(step, Z80):.1%}, 95 %: {coverage(step, 1.959963984540054):.1%}")
+    if a.one_run:
+        errs = one_run_calibration(runs)
+        print(f"\n{'calibrated on one run of its group':40s} {'predictions':>11s} {'median |err|':>12s} {'p80':>6s}")
+        every = []
+        for g, xs in errs.items():
+            every += xs
+            print(f"{g:40s} {len(xs):11d} {statistics.median(xs):12.1%} {_quantile(xs, 0.8):6.1%}")
+        print(f"{'all':40s} {len(every):11d} {statistics.median(every):12.1%} {_quantile(every, 0.8):6.1%}")
     if a.write:
         write(tab)
         print("wrote planner/uncertainty.py")
     return 0
+
+
+
+def one_run_calibration(runs, per_group: int = 5) -> dict[str, list[float]]:
+    """Calibrate on one row of a source group (a sweep run on one stack), predict the group's other
+    rows on the same GPU: |ln(measured / predicted)| per prediction. Up to `per_group` calibration
+    rows per group, spread over the group."""
+    from planner.calibration import Observation, apply_factors, calibrate
+    from planner.plans import evaluate
+
+    out: dict[str, list[float]] = {}
+    usable = [r for r in runs if not r.oom]
+    for g in sorted({r.group for r in usable}):
+        rows = [r for r in usable if r.group == g]
+        picks = rows[:: max(1, len(rows) // per_group)][:per_group]
+        for cal in picks:
+            step = cal.training.global_batch_size * cal.training.seq_length / (cal.tokens_per_s_per_gpu * cal.layout.world_size)
+            res = calibrate(cal.cluster, [Observation(cal.id, cal.model, cal.training, cal.layout, step)])
+            for r in rows:
+                if r is cal or r.cluster.gpu.name != cal.cluster.gpu.name:
+                    continue
+                c = apply_factors(r.cluster, res.factors)
+                p = evaluate(r.model, c, r.training, r.layout)
+                meas = r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.layout.world_size)
+                out.setdefault(g, []).append(abs(math.log(meas / p.step_time_s)))
+    return out
 
 
 if __name__ == "__main__":
