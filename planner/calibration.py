@@ -31,7 +31,7 @@ from planner.specs import ClusterSpec, Layout, ModelSpec, PredictionError, Recom
 from planner.uncertainty import prediction_error
 
 __all__ = ["Observation", "Parameter", "PARAMETERS", "CalibrationResult", "RunFit", "calibrate", "observation",
-           "calibrated_yaml", "CALIBRATED_MARKER",
+           "calibrated_yaml", "CALIBRATED_MARKER", "calibrate_logs",
            "apply_factors", "megatron_setup", "MEASUREMENT_SIGMA", "OVERHEAD_PRIOR_SIGMA", "CALIBRATED_SIGMA_FLOOR"]
 
 MEASUREMENT_SIGMA = 0.02
@@ -360,3 +360,29 @@ def calibrated_yaml(result: CalibrationResult) -> str:
             "# factors on the catalog values: " + ", ".join(f"{k} {v:.3f}" for k, v in result.factors.items())]
     return "\n".join(head) + "\n" + yaml.safe_dump(result.cluster.model_dump(mode="json"), sort_keys=False,
                                                   allow_unicode=False, width=200)
+
+
+def calibrate_logs(model: ModelSpec, cluster: ClusterSpec, logs: Sequence, *, training: TrainingSpec | None = None,
+                   layout: Layout | None = None) -> CalibrationResult:
+    """planner.calibrate: fit `cluster` to training logs (paths, log text already parsed as
+    LogMeasurement, or Observations). Logs without Megatron's argument dump take `training` and
+    `layout` (layout.dp counts the GPUs of the run).
+
+    Returns:
+        A CalibrationResult: `.cluster` (calibrated ClusterSpec), per-run errors before/after/left out,
+        the fitted factors and `.error` (the narrower prediction spread).
+    """
+    from pathlib import Path
+
+    from planner.logs import read_log
+
+    runs = []
+    for item in logs:
+        if isinstance(item, Observation):
+            runs.append(item)
+            continue
+        m = read_log(item) if isinstance(item, (str, Path)) else item
+        if not isinstance(m, LogMeasurement):
+            raise PlannerError(f"logs: expected paths, LogMeasurement or Observation, got {type(item).__name__}")
+        runs.append(observation(m, model, training, layout))
+    return calibrate(cluster, runs)

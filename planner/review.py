@@ -136,6 +136,9 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#ee
 <h2 id="alternatives">Alternatives</h2>
 <table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>OOM risk</th><th>step s</th><th>80 % interval</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>
 {''.join(rows)}</table>
+<p id="trust">Intervals and OOM risk from {html.escape(best.error_model.basis)}; "tied": closer to the best than the model can
+rank ({best.error_model.ranking_sigma:.1%} spread between two layouts on one stack) — measure both, or calibrate
+(<code>planner calibrate</code>) and re-plan.</p>
 <h2 id="memory">Memory per GPU by ledger item</h2>
 <img alt="memory per GPU" src="data:image/png;base64,{figs['memory']}">
 <h2 id="time">Step-time breakdown</h2>

@@ -255,3 +255,27 @@ def test_ties_follow_the_ranking_spread():
     # 1.2816 x 2 % = 2.6 %: layouts closer than that are tied, further apart are not
     assert a.tied_with(b) == (abs(math.log(a.step_time_s / b.step_time_s)) <= 0.025631)
     assert not a.tied_with(c)  # full recompute costs about a third more compute
+
+
+def test_python_api_takes_paths_and_the_layout_of_logs_without_arguments():
+    model, cluster = planner.load_model(MODEL), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(global_batch_size=128, seq_length=8192, kernels="unfused")
+    lay = Layout(tp=1, dp=16, zero_stage=3)  # 16 GPUs of FSDP: the run of the torchtitan fixture
+    r = planner.calibrate(model, cluster, [LOGS / "torchtitan_llama3_8b.log"], training=t, layout=lay)
+    measured = 128 * 8192 / (6505 * 16)  # tokens per step / (tokens/s per GPU x GPUs)
+    assert r.runs[0].measured_s == pytest.approx(measured)
+    assert abs(r.runs[0].after_s / measured - 1) < abs(r.runs[0].before_s / measured - 1)
+    assert r.cluster.prediction_error.basis == "calibrated on 1 log"
+    with pytest.raises(planner.PlannerError, match="no argument dump"):
+        planner.calibrate(model, cluster, [LOGS / "torchtitan_llama3_8b.log"])
+
+
+def test_a_hostile_basis_is_escaped_in_the_report():
+    from planner.review import review_html
+
+    model = planner.load_model(MODEL)
+    cluster = planner.load_cluster("dgx-h100").model_copy(update={"prediction_error": PredictionError(
+        step_time_sigma=0.1, memory_sigma=0.05, basis="<script>alert(1)</script>")})
+    r = planner.plan(model, cluster, TrainingSpec(global_batch_size=64, seq_length=4096), top_k=2, structural=False)
+    page = review_html(r, [])
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
