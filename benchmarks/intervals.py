@@ -3,11 +3,11 @@
     python benchmarks/intervals.py [--write]
 
 Step time: the leave-one-source-group-out residuals ln(measured / predicted) (benchmarks/fidelity.py
-refits every GPU generation without the held-out group), keyed by (GPU arch, kernel family).
-Per key: bias = median, sigma = half the 10-90 % spread / 1.2816 (robust to the worst rows), and
-ranking_sigma = the spread of a row's residual around its own source group's median (two layouts
-run on the same stack share that group's bias; what separates them is the rest) — used to call
-two layouts tied. Memory: residuals of the rows that publish a peak (no memory parameter is refitted
+refits every GPU generation without the held-out group), grouped by source (see hierarchy():
+a new stack brings its own bias, so the spread of the group medians adds to the spread within a
+group; ranking_sigma is the within-group spread alone, since two layouts run on one stack share
+its bias — used to call two layouts tied). Keyed by (GPU arch, kernel family) where a key has
+residuals from MIN_GROUPS source groups, else pooled. Memory: residuals of the rows that publish a peak (no memory parameter is refitted
 per group, so these are in-sample for the overhead only).
 
 Prints the table and two coverages of the 80 % and 95 % intervals: built from the other half of
@@ -54,6 +54,22 @@ def spread(xs: list[float]) -> tuple[float, float]:
     return statistics.median(xs), max(0.01, (_quantile(xs, 0.9) - _quantile(xs, 0.1)) / (2 * Z80))
 
 
+MIN_GROUPS = 3
+"""A (GPU arch, kernels) key gets its own entry only with residuals from this many source groups."""
+
+
+def hierarchy(step) -> tuple[float, float, float]:
+    """(bias, sigma, within) of residuals grouped by source: bias = median of the group medians;
+    sigma² = between² + within², between = spread of the group medians (a new stack's own bias),
+    within = robust spread of residuals around their group's median (what separates two layouts
+    on one stack). Every group counts once in the bias and the between spread, so one large
+    group cannot stand for all stacks."""
+    medians = {g: statistics.median([x for r, x in step if r.group == g]) for g in {r.group for r, _ in step}}
+    between = statistics.pstdev(medians.values()) if len(medians) > 1 else 0.1
+    _, within = spread([x - medians[r.group] for r, x in step])
+    return statistics.median(medians.values()), math.hypot(between, within), within
+
+
 def step_residuals(runs) -> list[tuple[object, float]]:
     """(run, ln(measured / predicted step time)) out of sample, every usable row."""
     usable = [r for r in runs if not r.oom]
@@ -74,20 +90,18 @@ def memory_residuals(runs) -> list[tuple[object, float]]:
 
 
 def table(step, mem) -> dict:
-    keys = sorted({_key(r) for r, _ in step})
-    group_median = {g: statistics.median([x for r, x in step if r.group == g]) for g in {r.group for r, _ in step}}
+    keys = sorted(k for k in {_key(r) for r, _ in step}
+                  if len({r.group for r, _ in step if _key(r) == k}) >= MIN_GROUPS)
     mem_bias, mem_sigma = spread([x for _, x in mem])
     # conservative: a ledger that over-counts on a few rows of one stack is not credited (bias ≥ 0),
     # and the spread is at least 5 %
     mem_bias, mem_sigma = max(0.0, mem_bias), max(0.05, mem_sigma)
     out = {}
     for k in keys + [None]:
-        xs = [x for r, x in step if k is None or _key(r) == k]
-        rel = [x - group_median[r.group] for r, x in step if k is None or _key(r) == k]
-        bias, sigma = spread(xs)
-        _, rsigma = spread(rel)
-        out[k] = dict(step_time_bias=bias, step_time_sigma=sigma, ranking_sigma=rsigma, memory_bias=mem_bias,
-                      memory_sigma=mem_sigma, rows=len(xs))
+        rows = [(r, x) for r, x in step if k is None or _key(r) == k]
+        bias, sigma, within = hierarchy(rows)
+        out[k] = dict(step_time_bias=bias, step_time_sigma=sigma, ranking_sigma=within, memory_bias=mem_bias,
+                      memory_sigma=mem_sigma, rows=len(rows), groups=len({r.group for r, _ in rows}))
     return out
 
 
@@ -97,26 +111,21 @@ def coverage_rows(step, level_z: float) -> float:
     inside = 0
     halves = (step[0::2], step[1::2])
     for build, test in (halves, halves[::-1]):
-        for r, x in test:
-            same = [y for q, y in build if _key(q) == _key(r)]
-            bias, sigma = spread(same if len(same) >= 8 else [y for _, y in build])
-            inside += abs(x - bias) <= level_z * sigma
+        bias, sigma, _ = hierarchy(build)
+        inside += sum(abs(x - bias) <= level_z * sigma for _, x in test)
     return inside / len(step)
 
 
-def coverage(step, level_z: float) -> float:
-    """Share of rows inside their interval when the interval is built without the row's source group."""
-    inside = total = 0
+def coverage(step, level_z: float) -> tuple[float, float]:
+    """(share of rows, mean share per group) inside intervals built without the row's source group."""
+    inside, shares = 0, []
     for g in sorted({r.group for r, _ in step}):
-        rest = [(r, x) for r, x in step if r.group != g]
-        for r, x in step:
-            if r.group != g:
-                continue
-            same = [y for q, y in rest if _key(q) == _key(r)]
-            bias, sigma = spread(same if len(same) >= 8 else [y for _, y in rest])
-            inside += abs(x - bias) <= level_z * sigma
-            total += 1
-    return inside / total
+        bias, sigma, _ = hierarchy([(r, x) for r, x in step if r.group != g])
+        held = [x for r, x in step if r.group == g]
+        n = sum(abs(x - bias) <= level_z * sigma for x in held)
+        inside += n
+        shares.append(n / len(held))
+    return inside / len(step), statistics.mean(shares)
 
 
 def write(tab: dict) -> None:
@@ -128,13 +137,13 @@ def write(tab: dict) -> None:
             continue
         lines.append(f"    {k!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
                      f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, "
-                     f"memory_sigma={v['memory_sigma']:.4f}, basis=\"{v['rows']} published runs, arch {k[0]}, {k[1]} kernels, "
-                     "leave-one-source-group-out\"),")
+                     f"memory_sigma={v['memory_sigma']:.4f}, basis=\"{v['rows']} published runs ({v['groups']} source groups), "
+                     f"arch {k[0]}, {k[1]} kernels, leave-one-source-group-out\"),")
     lines.append("}")
     v = tab[None]
     lines.append(f"POOLED = PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
                  f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, memory_sigma={v['memory_sigma']:.4f}, "
-                 f"basis=\"{v['rows']} published runs pooled, leave-one-source-group-out\")")
+                 f"basis=\"{v['rows']} published runs of {v['groups']} source groups, leave-one-source-group-out\")")
     new = re.sub(r"PUBLISHED: dict\[tuple\[int, str\], PredictionError\] = \{.*?\n\}\nPOOLED = PredictionError\(.*?\)\n",
                  "\n".join(lines) + "\n", text, flags=re.S)
     path.write_text(new)
@@ -148,15 +157,16 @@ def main(argv=None) -> int:
     runs = load_runs()
     step, mem = step_residuals(runs), memory_residuals(runs)
     tab = table(step, mem)
-    print(f"{'key':18s} {'rows':>5s} {'bias':>7s} {'sigma':>7s} {'ranking':>8s} {'mem bias':>9s} {'mem sigma':>9s}")
+    print(f"{'key':18s} {'rows':>5s} {'groups':>6s} {'bias':>7s} {'sigma':>7s} {'ranking':>8s} {'mem bias':>9s} {'mem sigma':>9s}")
     for k, v in tab.items():
-        print(f"{str(k or 'pooled'):18s} {v['rows']:5d} {v['step_time_bias']:+7.3f} {v['step_time_sigma']:7.3f} "
+        print(f"{str(k or 'pooled'):18s} {v['rows']:5d} {v['groups']:6d} {v['step_time_bias']:+7.3f} {v['step_time_sigma']:7.3f} "
               f"{v['ranking_sigma']:8.3f} {v['memory_bias']:+9.3f} {v['memory_sigma']:9.3f}")
     print(f"memory rows: {len(mem)}")
     print(f"coverage, intervals from the other half of the rows: "
           f"80 %: {coverage_rows(step, Z80):.1%}, 95 %: {coverage_rows(step, 1.959963984540054):.1%}")
-    print(f"coverage, intervals built without the row's source group: "
-          f"80 %: {coverage(step, Z80):.1%}, 95 %: {coverage(step, 1.959963984540054):.1%}")
+    (r80, g80), (r95, g95) = coverage(step, Z80), coverage(step, 1.959963984540054)
+    print(f"coverage, intervals built without the row's source group (rows / groups weighted alike): "
+          f"80 %: {r80:.1%} / {g80:.1%}, 95 %: {r95:.1%} / {g95:.1%}")
     if a.one_run:
         errs = one_run_calibration(runs)
         print(f"\n{'calibrated on one run of its group':40s} {'predictions':>11s} {'median |err|':>12s} {'p80':>6s}")
