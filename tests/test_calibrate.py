@@ -220,6 +220,10 @@ def test_interval_and_risk_against_the_normal_quantiles():
     assert oom_risk(80.0, 80.0, e) == pytest.approx(0.5)  # a peak exactly at capacity: even odds
     assert oom_risk(80 * math.exp(-1.6449 * 0.05), 80.0, e) == pytest.approx(0.05, abs=1e-4)  # 1.645 sigma below
     assert peak_for_risk(80.0, e, 0.05) == pytest.approx(80 * math.exp(-1.6449 * 0.05), rel=1e-4)
+    # measurements run 10 % above the ledger: a predicted peak of 80 e^-0.1 is at even odds
+    biased = PredictionError(step_time_sigma=0.1, memory_bias=0.1, memory_sigma=0.05)
+    assert oom_risk(80 * math.exp(-0.1), 80.0, biased) == pytest.approx(0.5)
+    assert peak_for_risk(80.0, biased, 0.5) == pytest.approx(80 * math.exp(-0.1))
 
 
 def test_plans_carry_intervals_and_a_max_oom_risk_is_honoured():
