@@ -7,7 +7,8 @@ Per case: status; the layouts the model covers (configurations x every layer spl
 configurations in the space and those CP-SAT had to look at (the rest: no split fits, or their
 lower bound over all splits is above the best); seconds to the first layout and to the proof
 (top-1); seconds for a top-10 ranking. Then, for models whose embedding and LM head weigh several
-layers, the best plan with any split against the best with even splits.
+layers, the best plan with any split against the best with even splits and the best where only
+the first and last rank may differ (Megatron's --decoder-first/last-pipeline-num-layers).
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ CASES = [
 
 
 SPLIT_CASES = [
-    # model, cluster, nodes, global batch, seq: vocabularies of 128K, 152K and 256K
-    ("llama3-8b", "dgx-h100", 4, 256, 8192),
+    # model, cluster, nodes, global batch, seq: vocabularies of 128K, 152K and 256K, on few enough
+    # GPUs that memory calls for a pipeline
+    ("llama3-70b", "dgx-h100", 4, 256, 8192),
     ("llama3.1-405b", "dgx-h100", 2048, 2048, 8192),
-    ("qwen2.5-72b", "hgx-h200", 16, 512, 8192),
-    ("vocab256k-9b", "dgx-h100", 4, 256, 8192),
+    ("qwen2.5-72b", "dgx-h100", 4, 256, 8192),
+    ("vocab256k-9b", "dgx-a100-40g", 1, 256, 8192),
 ]
 VOCAB_256K = ModelSpec(name="vocab256k-9b", family="llama", num_layers=42, hidden_size=3584, num_attention_heads=16,
                        num_kv_heads=8, kv_channels=256, ffn_hidden_size=14336, vocab_size=256000)
@@ -85,17 +87,19 @@ def main(argv=None) -> int:
           f"top-10: median {statistics.median(top10):.2f} s, max {max(top10):.2f} s")
     if args.skip_splits:
         return 0
-    print(f"\n{'arbitrary splits vs even':44s} {'vocab':>7s} {'even s/step':>11s} {'any s/step':>10s} {'gain':>6s}  split")
+    print(f"\n{'arbitrary splits':40s} {'vocab':>7s} {'even s':>9s} {'first/last s':>12s} {'any s':>9s} "
+          f"{'gain vs f/l':>11s}  best layout (any split)")
     for mref, cref, nodes, gbs, seq in SPLIT_CASES:
         model, cluster = _model(mref), planner.load_cluster(cref, nodes=nodes)
         tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
-        even = plan(model, cluster, tr, top_k=1, structural=False, uneven_stages=False)
-        free = plan(model, cluster, tr, top_k=1, structural=False)
-        e, f = even.best.step_time_s, free.best.step_time_s
-        lay = free.best.layout
-        split = "|".join(map(str, lay.pipeline_layers)) if lay.pipeline_layers else "even"
-        print(f"{mref + ' on ' + str(cluster.world_size) + ' ' + cref:44s} {model.vocab_size:7d} {e:11.3f} {f:10.3f} "
-              f"{e / f - 1:6.1%}  {lay.short()[:60]} {split[:60]}")
+        best = {}
+        for mode in (False, "first_last", True):
+            r = plan(model, cluster, tr, top_k=1, structural=False, uneven_stages=mode, time_limit_s=60)
+            best[mode] = (r.best, r.status)
+        e, fl, f = (best[k][0].step_time_s if best[k][0] else float("inf") for k in (False, "first_last", True))
+        lay = best[True][0].layout
+        print(f"{mref + ' on ' + str(cluster.world_size) + ' ' + cref:40s} {model.vocab_size:7d} {e:9.3f} {fl:12.3f} "
+              f"{f:9.3f} {fl / f - 1:11.1%}  {lay.short()[:110]}")
     return 0
 
 

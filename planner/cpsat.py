@@ -156,6 +156,14 @@ class Rows:
             return (L // p,) * p if min(caps) >= max(L // p, pr.min_layers) else None
         if min(caps) < pr.min_layers or sum(caps) < L or pr.min_layers * p > L:
             return None
+        if self.space.first_last_only and p > 2:  # equal middle ranks: the largest middle count that leaves a fit
+            lo = pr.min_layers
+            for k in range(min(caps[1:-1]), lo - 1, -1):
+                rest = L - (p - 2) * k
+                first = min(caps[0], rest - lo)
+                if first >= lo and lo <= rest - first <= caps[-1]:
+                    return (first, *[k] * (p - 2), rest - first)
+            return None
         split, left = [pr.min_layers] * p, L - pr.min_layers * p
         for r in range(p):
             extra = min(caps[r] - split[r], left)
@@ -382,7 +390,10 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     # one holds more keeps every time term (they are the same function of n) and keeps memory
     # within capacity: the larger count moves to the rank with the smaller per-layer bytes.
     for r in range(1, p - 2):
-        m.add(n[r] <= n[r + 1])
+        if rows.space.first_last_only:
+            m.add(n[r] == n[r + 1])
+        else:
+            m.add(n[r] <= n[r + 1])
     tcap = min(STAGE_CAP_US, 2**56 // max(rows.pipe[i].v * rows.pipe[i].m for i in pi)) if pi else STAGE_CAP_US
     t = [m.new_int_var(0, tcap, f"t{p}_{r}") for r in range(p)]
     tmax = m.new_int_var(0, tcap, f"tmax{p}")

@@ -35,6 +35,8 @@ def enumerate_plans(
     for si, shape in enumerate(space.shapes):
         key = (shape.pp, shape.vpp)
         splits = list(compositions(model.num_layers, shape.pp)) if space.free_split else [None]
+        if space.first_last_only:
+            splits = [c for c in splits if len(set(c[1:-1])) <= 1]
         for ri, rc in enumerate(space.recomputes[key]):
             for zero in space.zeros[shape.pp]:
                 best = None

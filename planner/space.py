@@ -175,6 +175,9 @@ class Space:
     num_layers: int = 1
     free_split: bool = True
     """Any per-rank layer counts (else even splits only, and pp must divide the layers)."""
+    first_last_only: bool = False
+    """With free_split: only the first and last rank may differ, the middle ranks hold equal counts
+    (what Megatron's --decoder-first/last-pipeline-num-layers express)."""
     rank_order: str = "tp-cp-dp-pp"
     """Rank placement used for every candidate."""
     allow_idle: bool = False
@@ -193,7 +196,11 @@ class Space:
 
     def splits(self, pp: int) -> int:
         """Number of layer splits a configuration with pp ranks ranges over."""
-        return math.comb(self.num_layers - 1, pp - 1) if self.free_split else 1
+        if not self.free_split:
+            return 1
+        if self.first_last_only and pp > 2:  # middle count k, then first + last = L - (pp-2)k, each >= 1
+            return sum(max(0, self.num_layers - (pp - 2) * k - 1) for k in range(1, self.num_layers // (pp - 2) + 1))
+        return math.comb(self.num_layers - 1, pp - 1)
 
     def size(self) -> int:
         """Number of full candidate layouts (configurations x splits)."""
@@ -248,7 +255,8 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
     """Check every constraint's type and range; returns them normalised (lists become frozensets).
 
     Degrees and micro-batch: N, (lo, hi) with None for an open end, or a list/set of N; zero_stage
-    likewise in 0..3; recompute: a mode or a list of modes; sequence_parallel, uneven_stages: bool;
+    likewise in 0..3; recompute: a mode or a list of modes; sequence_parallel: bool; uneven_stages:
+    bool or 'first_last' (only the first and last rank differ);
     rank_order: one of RANK_ORDERS.
 
     Raises:
@@ -278,6 +286,8 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
                 raise PlannerError(f"constraint recompute: expected 'none', 'selective', 'full' or a list of them, "
                                    f"got {rule!r}")
             out[name] = frozenset(str(m) for m in modes)
+        elif name == "uneven_stages" and rule == "first_last":
+            out[name] = rule
         elif name in _BOOL_KEYS:
             if not isinstance(rule, bool):
                 raise PlannerError(f"constraint {name}: expected True or False, got {rule!r}")
@@ -387,7 +397,8 @@ def build_space(
     tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
     max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" else 1
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
-    free = _allowed("uneven_stages", True, constraints)
+    free = constraints.get("uneven_stages", True) is not False
+    first_last = constraints.get("uneven_stages") == "first_last"
     shapes = []
     worlds = range(1, world + 1) if allow_idle else [world]
     for n in worlds:
@@ -425,7 +436,7 @@ def build_space(
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
              for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), recomputes, zeros, L, free, order, allow_idle, framework)
+    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework)
 
 
 def _shown(rule: Any) -> str:

@@ -94,6 +94,26 @@ def test_cpsat_equals_enumerator_on_deeper_models(inst):
     test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
 
 
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(layers=(7, 8, 11, 12)))
+def test_first_last_only_splits_equal_the_enumerator(inst):
+    """uneven_stages='first_last' (Megatron's --decoder-first/last-pipeline-num-layers): only the
+    first and last rank may differ; the brute force keeps the splits whose middle ranks are equal."""
+    model, cluster, training, framework = inst
+    cons = dict(SMALL, uneven_stages="first_last")
+    result = plan(model, cluster, training, top_k=1, structural=False, framework=framework, **cons)
+    ranked = enumerate_plans(model, cluster, training, framework=framework, constraints=cons)
+    if not ranked:
+        assert result.status == "infeasible"
+        return
+    assert result.best.time.objective_us == ranked[0].time.objective_us
+    split = result.best.layout.pipeline_layers
+    if split is not None and result.best.layout.pp > 2:
+        per_rank = [sum(split[c * result.best.layout.pp + r] for c in range(result.best.layout.vpp))
+                    for r in range(result.best.layout.pp)]
+        assert len(set(per_rank[1:-1])) == 1
+
+
 def test_topk_alternatives_match_enumerator_ranking():
     """Llama-3-8B cut to 8 layers (so the enumerator can try every split) on 8 GPUs of 40 GB."""
     model = planner.load_model("llama3-8b").model_copy(update={"num_layers": 8})
