@@ -119,7 +119,44 @@ def main(argv=None) -> int:
         print(f"\npublished out-of-memory runs the ledger also rejects: {agree}/{len(ooms)}")
     rejected = [r for r, p, _ in results if p is None]
     print(f"\nrows evaluated: {len(results) - len(rejected)}, rejected by the layout rules: {len(rejected)}")
+    low_precision(args.rows)
     return 0
+
+
+SPEEDUP_PAIRS = [  # (BF16 row, FP8 row) of the same layout and stack
+    ("torchtitan_8b_8gpu_FSDP_torchcompile", "torchtitan_8b_8gpu_FSDP_torchcompile_Float8"),
+    ("torchtitan_8b_128gpu_FSDP_torchcompile", "torchtitan_8b_128gpu_FSDP_torchcompile_Float8"),
+    ("torchtitan_h100_405b_128gpu_bf16", "torchtitan_h100_405b_128gpu_float8"),
+]
+
+
+def low_precision(rows: bool = False) -> None:
+    """FP8 rows: nothing is fitted on them (every figure is out of sample), and the FP8-over-BF16
+    speedup where a source publishes both precisions of one layout."""
+    runs = load_runs(low_precision=True)
+    results = evaluate_runs(runs)
+    if rows:
+        for r, plan, err in results:
+            if plan is None:
+                print(f"{r.id:44s} REJECTED: {err}")
+            elif not r.oom:
+                pred = plan.tokens_per_second / plan.num_gpus
+                print(f"{r.id:44s} {r.training.fp8:10s} {r.layout.short()[:52]:52s} {r.tokens_per_s_per_gpu:9.0f} "
+                      f"{pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
+    groups, _ = summarise(results)
+    print_table("FP8 rows (out of sample)", groups)
+    every = sorted(abs(e) for v in groups.values() for e in v)
+    print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
+    hi = {r.id: r for r in load_runs()}
+    lo = {r.id: r for r in runs}
+    print(f"\n{'FP8 speedup over BF16':44s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")
+    for b, f in SPEEDUP_PAIRS:
+        if b in hi and f in lo:
+            rb, rf = hi[b], lo[f]
+            pb = evaluate(rb.model, rb.cluster, rb.training, rb.layout)
+            pf = evaluate(rf.model, rf.cluster, rf.training, rf.layout)
+            meas, pred = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
+            print(f"{f:44s} {meas:9.2f} {pred:9.2f} {100 * (pred - meas):+7.0f}")
 
 
 if __name__ == "__main__":

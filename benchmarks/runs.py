@@ -92,14 +92,34 @@ def _measured_tokens(row: dict) -> float | None:
     return None
 
 
-def load_runs(path: Path = RUNS_PATH) -> list[Run]:
-    """Every usable row as a Run (BF16/FP16, complete layout, a catalogued GPU)."""
+def _fp8(prec: str) -> str | None:
+    """The FP8 recipe a row's precision names: torchtitan's 'Float8 linears' (torchao float8; priced
+    as 'rowwise', the same GEMMs and casts without a weight cache), NeMo/Megatron 'FP8 (Transformer
+    Engine)' / 'FP8 (hybrid format)' (TE's default recipe then: delayed scaling)."""
+    if prec.startswith("float8"):
+        return "rowwise"
+    if prec.startswith("fp8"):
+        return "delayed"
+    return None
+
+
+def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Run]:
+    """Every usable row as a Run (complete layout, a catalogued GPU): BF16/FP16 rows, or with
+    low_precision the FP8 rows. NeMo 24.07 and Megatron-LM example FP8 rows publish neither ZeRO
+    stage nor recompute: taken as the distributed optimizer (ZeRO-1, their declared sharding) and
+    no recompute, sequence parallel with TP, and NeMo's performance overlaps (an ASSUMPTION)."""
     rows = yaml.safe_load(Path(path).read_text())
     runs = []
     for r in rows:
         prec = (r.get("precision") or "").lower()
-        if not (prec.startswith(("bf16", "fp16", "amp_bf16")) or prec == "bf16"):
+        fp8 = _fp8(prec)
+        if low_precision != (fp8 is not None):
             continue
+        if fp8 is None and not (prec.startswith(("bf16", "fp16", "amp_bf16")) or prec == "bf16"):
+            continue
+        assumed = fp8 == "delayed" and r.get("zero_stage") is None and r.get("recompute") is None
+        if assumed:
+            r = dict(r, zero_stage=1, recompute="none")
         rc = _recompute(r.get("recompute"))
         par, mod = r["parallel"], r["model"]
         if r.get("micro_batch") is None or r.get("zero_stage") is None or rc is None:
@@ -110,6 +130,8 @@ def load_runs(path: Path = RUNS_PATH) -> list[Run]:
         if (tokens is None and not oom) or cluster is None:
             continue
         llama = "llama" in r["model_name"].lower()
+        if any(mod.get(k) is None for k in ("n_layers", "hidden_size", "n_heads", "vocab_size")):
+            continue  # shapes not published (e.g. Nemotron in the NeMo 24.07 table)
         model = ModelSpec(
             name=r["id"], family="llama" if llama else "gpt", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
             num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads") if llama else None,
@@ -120,13 +142,17 @@ def load_runs(path: Path = RUNS_PATH) -> list[Run]:
         attention = "eager" if r["source_group"] == "megatron_sc21_table1" else "flash"
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"],
                                 precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype="fp32",
-                                attention=attention,
+                                attention=attention, fp8=fp8,
                                 kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused")
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
         grad_overlap, param_overlap = _declared_overlaps(str(r.get("sharding")), r["zero_stage"])
+        sp = bool(par.get("sequence_parallel")) and tp > 1
+        if assumed:  # NeMo performance recipes: SP with TP, TP/DP overlaps on
+            sp = tp > 1
+            grad_overlap = param_overlap = r["num_gpus"] // (tp * pp * cp) > 1
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=par.get("vpp") or 1,
-                        sequence_parallel=bool(par.get("sequence_parallel")) and tp > 1,
+                        sequence_parallel=sp, tp_comm_overlap=assumed and sp,
                         overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap,
                         # 2021 Megatron (SC21) predates overlap_p2p_comm: its interleaved sends were exposed
                         overlap_p2p=False if "2021 Megatron" in str(r.get("sharding")) and (par.get("vpp") or 1) > 1

@@ -107,6 +107,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32", help="gradient buffer: bf16 = 16 B/param, fp32 = 18 (default)")
     p.add_argument("--attention", choices=["flash", "eager"], default="flash")
+    p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
+                   help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
+                        "(torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
     p.add_argument("--memory-overhead", default=None, help="per-GPU overhead outside the ledger, e.g. '4 GiB'")
 
@@ -204,12 +207,30 @@ def _constraints(a) -> dict[str, Any]:
     return {k: v for k, v in c.items() if v is not None}
 
 
+FP8_CHOICES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8", "rowwise")
+
+
+def _fp8_list(a) -> list[str | None]:
+    """--fp8 as a list of recipes (None = no FP8); one value unless the command offers a choice."""
+    if a.fp8 is None:
+        return [None]
+    words = [w.strip() for w in a.fp8.split(",") if w.strip()]
+    bad = [w for w in words if w not in FP8_CHOICES]
+    if bad or not words:
+        raise _UsageError(f"--fp8: unknown recipe {bad[0] if bad else a.fp8!r} (one of {', '.join(FP8_CHOICES)}, "
+                          "or a comma list of them)")
+    return [None if w == "none" else w for w in dict.fromkeys(words)]
+
+
 def _problem(a):
     model = load_model(a.model)
     overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
     cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
+    recipes = _fp8_list(a)
+    if len(recipes) > 1 and a.command != "plan":
+        raise _UsageError(f"--fp8: a choice of recipes is offered by 'plan' only; give one for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
-                            attention=a.attention, token_budget=a.tokens)
+                            attention=a.attention, token_budget=a.tokens, fp8=recipes[0])
     return model, cluster, training
 
 
@@ -254,8 +275,18 @@ def _exit_code(r) -> int:
 def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     _emit_folder(a)
-    r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
-             **_constraints(a))
+    choice = ""
+    recipes = _fp8_list(a)
+    if len(recipes) > 1:  # a precision choice: one proven search per recipe, the fastest wins
+        from planner.search import plan_precisions
+
+        r, results = plan_precisions(model, cluster, training, recipes, top_k=a.top_k, time_limit_s=a.time_limit,
+                                     framework=a.framework, **_constraints(a))
+        choice = "; ".join(f"{k or 'bf16'}: " + (f"{v.best.step_time_s:.3f} s ({v.status})" if v.best else v.status)
+                           for k, v in results.items())
+    else:
+        r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
+                 **_constraints(a))
     if a.json:
         _emit(a, r.best, out)
         out.print_json(json.dumps(result_dict(r, timing=not a.no_timing)))
@@ -269,6 +300,8 @@ def _cmd_plan(a, out: Console) -> int:
         out.print(f"[yellow]unknown[/]: {_u(r.explanation[0])}")
         return EXIT_UNKNOWN
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
+    if choice:
+        out.print(f"precision: {_u(choice)}; chosen: {_u(r.best.training.fp8 or 'bf16')}", markup=False)
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")

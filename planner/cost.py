@@ -107,9 +107,36 @@ def gemm_efficiency(cluster: ClusterSpec, flops: float) -> float:
     return float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
 
 
-def _gemm_time(cluster: ClusterSpec, flops_list: list[float]) -> float:
+def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool = False) -> float:
+    if fp8:  # planner.space.check_precision has made sure both exist
+        peak, curve = cluster.gpu.peak_fp8_flops, cluster.calibration.gemm_efficiency_fp8
+        xs, ys = _eff_curve(tuple(tuple(p) for p in curve))
+        return sum(f / (peak * float(np.interp(math.log(max(f / 1e9, 1e-6)), xs, ys))) for f in flops_list)
     peak = cluster.gpu.peak_bf16_flops
     return sum(f / (peak * gemm_efficiency(cluster, f)) for f in flops_list)
+
+
+FP8_CAST_BYTES = 4
+"""HBM bytes per element to quantise one GEMM operand: read it in BF16 (2) and write a row-wise and
+a column-wise FP8 copy (1 + 1) -- Transformer Engine quantises both usages of a tensor needed in
+forward and backward from the high-precision source [NVIDIA/TransformerEngine@d0067d0
+transformer_engine/common/recipe/__init__.py; shared/reference/framework-mechanisms.md §4]."""
+
+
+def fp8_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """Elements per token one GPU quantises for the FP8 linear layers of one layer: (forward, backward).
+
+    Forward: the inputs of QKV (h), out-proj (a d / tp), FC1 (h) and FC2 (f / tp); backward: the
+    output gradients of QKV ((a d + 2 h_kv) / tp), out-proj (h), FC1 (f or 2f gated, / tp) and FC2
+    (h). QKV and FC1 inputs are the full hidden size on every TP rank (gathered under sequence
+    parallelism; the all-gather is priced in BF16, see tp_fwd). Weights are quantised once per step
+    and cached across micro-batches (TE's is_first_microbatch) -- not counted.
+    """
+    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
+    up = 2 * f if model.family != Family.GPT else f
+    fwd = h + hq / tp + h + f / tp
+    bwd = (hq + 2 * hkv) / tp + h + up / tp + h
+    return fwd, bwd
 
 
 @dataclass(frozen=True)
@@ -136,7 +163,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
-    gemm_each = [_gemm_time(cluster, [f]) for f in layer_gemm_flops(model, tokens, tp)]  # QKV, proj, FC1, FC2
+    fp8 = training.fp8 is not None
+    gemm_each = [_gemm_time(cluster, [f], fp8) for f in layer_gemm_flops(model, tokens, tp)]  # QKV, proj, FC1, FC2
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
@@ -149,8 +177,13 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     passes = cal.elementwise_passes if training.kernels == "fused" else cal.elementwise_passes_unfused
     elem = passes * 2 * tokens * model.hidden_size / (tp if sequence_parallel else 1)
     elem_t = elem / (gpu.hbm_bandwidth * cal.hbm_efficiency)
-    fwd = gemm + attn + elem_t
-    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t
+    cast_fwd = cast_bwd = 0.0
+    if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
+        cf, cb = fp8_cast_elements(model, tp)
+        cast_fwd = FP8_CAST_BYTES * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        cast_bwd = FP8_CAST_BYTES * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    fwd = gemm + attn + elem_t + cast_fwd
+    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
     # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2].
     tp_fwd = tp_bwd = 0.0

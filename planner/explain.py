@@ -1,13 +1,15 @@
 """The reasoning behind a plan as short sentences with numbers, in the seed's order:
 static memory, the NVLink cap on TP, the pipeline bubble, what the sequence length costs, what
-binds the chosen plan, and sensitivities (2x scale-out bandwidth, 2x GPUs, 2x sequence)."""
+binds the chosen plan, and sensitivities (FP8 on or off, 2x scale-out bandwidth, 2x GPUs, 2x sequence)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, static_memory
 from planner.search import plan
+from planner.space import check_precision
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["explain", "explain_with_status"]
@@ -24,6 +26,19 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
     tps = b.tokens_per_second / base.tokens_per_second - 1
     return (f"{label}: {b.layout.short()}, {b.step_time_s:.2f} s/step, tokens/s {tps:+.0%} "
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
+
+
+def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec) -> TrainingSpec | None:
+    """The same workload with FP8 linear layers toggled: Megatron's default recipe on Hopper
+    (delayed), MXFP8 on Blackwell; None where the cluster cannot price FP8."""
+    if training.fp8 is not None:
+        return training.model_copy(update={"fp8": None})
+    recipe = "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
+    try:
+        check_precision(cluster, training.model_copy(update={"fp8": recipe}))
+    except PlannerError:
+        return None
+    return training.model_copy(update={"fp8": recipe})
 
 
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
@@ -92,6 +107,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                          "(planner calibrate) and re-plan.")
     if sensitivities:
         so = cluster.scaleout.model_copy(update={"nic_busbw": 2 * cluster.scaleout.nic_busbw})
+        other = _fp8_alternative(cluster, training)
+        if other is not None:
+            label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
+            lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
+                                                        time_limit_s, constraints))
         lines.append("Sensitivity, " + _sensitivity("2x scale-out bandwidth", model, cluster.model_copy(update={"scaleout": so}),
                                                      training, b, framework, time_limit_s, constraints))
         lines.append("Sensitivity, " + _sensitivity("2x GPUs", model, cluster.model_copy(update={"num_nodes": 2 * cluster.num_nodes}),

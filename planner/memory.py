@@ -367,7 +367,7 @@ class MemoryLedger:
         return self.capacity - self.peak_bytes
 
 
-STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather"})
+STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights"})
 """The names stage_static_items produces: the items that depend on the ZeRO stage."""
 
 
@@ -388,7 +388,29 @@ def stage_static_items(
     if layout.zero_stage == 3:
         gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / layout.tp * PARAM_BYTES
         items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
+    if training.fp8 in TE_FP8_RECIPES:
+        items.append(MemoryItem("fp8_weights", layers * linear_params_per_layer(model) / layout.tp * FP8_WEIGHT_BYTES,
+                                "FP8 row- and column-wise copies of the linear weights"))
     return items
+
+
+TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
+"""The recipes Transformer Engine runs (torchao's rowwise is torchtitan's, without a weight cache)."""
+
+FP8_WEIGHT_BYTES = 2
+"""Transformer Engine keeps, across the micro-batches of a step, a row-wise and a column-wise FP8
+copy (1 + 1 B/param) of every FP8 linear weight beside its BF16 weight, both quantised from the
+high-precision source [NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/__init__.py;
+shared/reference/framework-mechanisms.md §4]; block and MXFP8 scales (one per 128 or 32 values) add
+< 4 % and are left out."""
+
+
+def linear_params_per_layer(model: ModelSpec) -> int:
+    """Weights of one layer's four linear layers (QKV, out-proj, FC1 (gate and up), FC2); the norms
+    and biases are not FP8."""
+    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
+    up = 2 * f if model.family != Family.GPT else f
+    return h * (hq + 2 * hkv) + hq * h + h * up + f * h
 
 
 def stage_activation_items(

@@ -364,6 +364,48 @@ def plan(
                       _explain(best, plans, status), None, stats)
 
 
+def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recipes, *,
+                    time_limit_s: float = 10.0, top_k: int = 5, **kw: Any) -> tuple[PlanResult, dict]:
+    """plan() with the FP8 recipe as a choice: one search per recipe in `recipes` (None = no FP8),
+    sharing the time limit; returns (the merged result, {recipe: its own result}).
+
+    The merged ranking takes every recipe's layouts by step time. Its status is 'optimal' only when
+    every recipe's search is proven (optimal or infeasible); 'unknown' when any ran out of time;
+    else 'feasible' with the gap to the smallest proven lower bound over the recipes.
+    """
+    recipes = list(dict.fromkeys(recipes))
+    if not recipes:
+        raise PlannerError("recipes: give at least one FP8 recipe (None for none)")
+    start, results = time.perf_counter(), {}
+    for i, rec in enumerate(recipes):
+        left = time_limit_s - (time.perf_counter() - start)
+        share = max(left / (len(recipes) - i), 1e-3)
+        results[rec] = plan(model, cluster, training.model_copy(update={"fp8": rec}), top_k=top_k,
+                            time_limit_s=share, **kw)
+    found = [r for r in results.values() if r.best is not None]
+    if not found:
+        first = next(iter(results.values()))
+        status = "infeasible" if all(r.status == "infeasible" for r in results.values()) else "unknown"
+        return replace(first, status=status, solve_time_s=time.perf_counter() - start,
+                       space_size=sum(r.space_size for r in results.values())), results
+    chosen = min(found, key=lambda r: (r.best.time.objective_us, r.best.peak_memory_bytes))
+    ranked = sorted((p for r in found for p in (r.best, *r.alternatives)),
+                    key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
+    if any(r.status == "unknown" for r in results.values()):
+        status, gap = "unknown", None
+    else:
+        lowers = [r.best.time.objective_us * (1 - (r.gap or 0.0)) for r in found]
+        best_obj = ranked[0].time.objective_us
+        gap = max(0.0, (best_obj - min(lowers)) / best_obj) if best_obj else 0.0
+        status = "optimal" if all(r.status in ("optimal", "infeasible") for r in results.values()) else "feasible"
+        gap = 0.0 if status == "optimal" else gap
+    line = "precision choice: " + ", ".join(f"{k or 'bf16'} {r.best.step_time_s:.3f} s" if r.best else f"{k or 'bf16'} {r.status}"
+                                            for k, r in results.items())
+    return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
+                   solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
+                   explanation=(*chosen.explanation, line)), results
+
+
 def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:
     """plan() under the memory budget whose OOM risk is `risk`, re-priced on the real GPU memory."""
     if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:

@@ -6,7 +6,7 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 
 from __future__ import annotations
 
-from planner.errors import InvalidLayout
+from planner.errors import InvalidLayout, PlannerError
 from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
@@ -112,10 +112,33 @@ def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | N
     return bad
 
 
+FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "rowwise": (9, 99)}
+"""Compute-capability majors (lo, hi) each FP8 recipe runs on: Transformer Engine's
+_compute_fp8_support (>= 9.0; Ada 8.9 is not a catalogued GPU), _compute_fp8_block_scaling_support
+(>= 9.0 with CUDA >= 12.9), _compute_mxfp8_support (10.x and 11.x; not 12.0+)
+[NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py]; torchao's rowwise
+float8 needs Hopper's FP8 tensor cores too."""
+
+
+def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """Refuse an FP8 recipe the GPU cannot run or the catalog cannot price (one line, named)."""
+    if training.fp8 is None:
+        return
+    lo, hi = FP8_ARCHS[training.fp8]
+    gpu = cluster.gpu
+    if not lo <= gpu.arch <= hi:
+        raise PlannerError(f"training.fp8: recipe '{training.fp8}' needs compute capability {lo}.x"
+                           + (f" to {hi}.x" if hi < 99 else " or newer") + f"; {gpu.name} is {gpu.arch}.x")
+    if gpu.peak_fp8_flops is None or cluster.calibration.gemm_efficiency_fp8 is None:
+        raise PlannerError(f"training.fp8: cluster '{cluster.name}' has no measured FP8 GEMM curve "
+                           "(calibration.gemm_efficiency_fp8) or FP8 peak (gpu.peak_fp8_flops); add them to price FP8")
+
+
 def check_layout(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
 ) -> None:
     """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
+    check_precision(cluster, training)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -130,7 +153,7 @@ import math  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
-from planner.errors import PlannerError  # noqa: E402
+
 
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan", "any")
 MAX_MICRO_BATCH = 8
@@ -378,6 +401,10 @@ def build_space(
         PlannerError: an unknown framework or constraint name.
     """
     constraints = validate_constraints(dict(constraints or {}))
+    check_precision(cluster, training)
+    if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
+        raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
+                           f"framework '{framework}' would drop it (use framework='megatron' or 'any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)

@@ -350,10 +350,15 @@ class Calibration(_Spec):
     gradient reduce-scatter (prefetch). ZeRO 0-2 overlap follows the Layout's overlap flags instead."""
     hbm_efficiency: Fraction
     """Achieved fraction of peak HBM bandwidth for streaming kernels (STREAM triad)."""
+    gemm_efficiency_fp8: list[tuple[_real(gt=0, le=1e9), Fraction]] | None = None
+    """As gemm_efficiency for FP8 GEMMs, as a fraction of gpu.peak_fp8_flops (None: not measured,
+    FP8 is refused on this cluster)."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:
         _curve_rule(self.gemm_efficiency, "gemm_efficiency", "efficiency")
+        if self.gemm_efficiency_fp8 is not None:
+            _curve_rule(self.gemm_efficiency_fp8, "gemm_efficiency_fp8", "efficiency")
         return self
 
 
@@ -450,6 +455,10 @@ class TrainingSpec(_Spec):
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
     kernels: Literal["fused", "unfused"] = "fused"
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': eager PyTorch."""
+    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise"] | None = None
+    """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
+    (delayed, tensorwise, blockwise, mxfp8) or torchao's rowwise (torchtitan's float8 default);
+    None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
 

@@ -83,3 +83,20 @@ def test_shipped_interval_table_is_current(out_of_sample):
         want = tab[key]
         for name in ("step_time_bias", "step_time_sigma", "ranking_sigma", "memory_bias", "memory_sigma"):
             assert getattr(shipped, name) == pytest.approx(want[name], abs=2e-4), (key, name)
+
+
+def test_fp8_rows_are_priced_and_fp8_is_faster_than_bf16():
+    """The FP8 rows of the published runs (nothing fitted on them): every row whose layout Megatron's
+    even split allows is priced, and every published BF16/FP8 pair is predicted faster in FP8."""
+    import fidelity
+
+    low = load_runs(low_precision=True)
+    assert {r.training.fp8 for r in low} == {"rowwise", "delayed"} and len(low) >= 20
+    priced = [r for r in low if r.layout.pp == 1 or r.model.num_layers % r.layout.pp == 0]
+    for r in priced:
+        planner.evaluate(r.model, r.cluster, r.training, r.layout)
+    hi, lo = {r.id: r for r in load_runs()}, {r.id: r for r in low}
+    for b, f in fidelity.SPEEDUP_PAIRS:
+        pb = planner.evaluate(hi[b].model, hi[b].cluster, hi[b].training, hi[b].layout)
+        pf = planner.evaluate(lo[f].model, lo[f].cluster, lo[f].training, lo[f].layout)
+        assert pf.step_time_s < pb.step_time_s

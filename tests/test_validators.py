@@ -230,3 +230,24 @@ def test_megatron_accepts_explicit_splits_with_the_plans_layer_counts(megatron_p
         assert r.ok, r.line()
         assert r.details["layers_per_rank"] == [[lay.pipeline_layers[v * lay.pp + k] for v in range(lay.vpp)]
                                                 for k in range(lay.pp)]
+
+
+def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
+    """Every FP8 recipe Megatron offers, on a GPU that runs it: accepted, and TransformerConfig
+    carries the recipe (the flag is not dropped)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m = planner.load_model("llama3-8b")
+    plans = []
+    for cluster, nodes, recipe in (("dgx-h100", 1, "delayed"), ("dgx-h100", 1, "tensorwise"),
+                                   ("hgx-h200", 1, "blockwise"), ("gb200-nvl72", 18, "mxfp8")):
+        c = planner.load_cluster(cluster, nodes=nodes)
+        r = plan(m, c, TrainingSpec(global_batch_size=c.world_size * 2, seq_length=4096, fp8=recipe), top_k=1,
+                 structural=False, time_limit_s=60)
+        plans.append(r.best)
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for p in plans])
+    for p, r in zip(plans, results):
+        assert r.ok, r.line()
+        assert r.details["fp8"] == "hybrid" and r.details["fp8_recipe"] == p.training.fp8

@@ -102,7 +102,9 @@ def _validate(p: dict) -> dict:
                "cp": args.context_parallel_size, "dp": args.data_parallel_size, "vpp": vpp,
                "sequence_parallel": bool(args.sequence_parallel), "micro_batch_size": args.micro_batch_size,
                "global_batch_size": args.global_batch_size, "num_microbatches": m,
-               "recompute_granularity": args.recompute_granularity, "layers_per_rank": split}
+               "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
+               # what TransformerConfig will run the linear layers with (None: BF16/FP16)
+               "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None}
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 

@@ -30,6 +30,12 @@ def pipeline_layout_string(split: tuple[int, ...]) -> str:
     return "|".join(stages)
 
 
+MEGATRON_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
+"""--fp8-recipe choices that planner prices [Megatron-LM@d98e8a6 megatron/core/transformer/
+transformer_config.py: fp8_recipe; 'custom' is not priced]. --fp8-format hybrid: E4M3 forward,
+E5M2 gradients (TE's default format)."""
+
+
 def megatron_args(plan: Plan) -> list[str]:
     """The pretrain_gpt.py argument list for the plan (deterministic order)."""
     m, t, lay = plan.model, plan.training, plan.layout
@@ -98,6 +104,11 @@ def megatron_args(plan: Plan) -> list[str]:
             a += ["--recompute-granularity", "full", "--recompute-method", "block",
                   "--recompute-num-layers", str(lay.recompute_num_layers)]
     a += ["--bf16" if t.precision == "bf16" else "--fp16"]
+    if t.fp8 is not None:  # the linear layers of every transformer layer (TE modules); the LM head stays BF16
+        if t.fp8 not in MEGATRON_FP8_RECIPES:
+            raise PlannerError(f"Megatron: FP8 recipe '{t.fp8}' is torchao's (torchtitan); Megatron's --fp8-recipe "
+                               f"offers {', '.join(sorted(MEGATRON_FP8_RECIPES))}")
+        a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
     # grads with --bf16 unless told otherwise, and 2-byte grads with --fp16 unless told otherwise
     # [megatron-core 0.19.2 training/arguments.py: validate_args, bf16 block]

@@ -1,0 +1,123 @@
+"""FP8 linear layers: what each GPU runs, the FP8 peak and GEMM curve, the casts, the weight copies,
+the search's precision choice, the launch flags. Numbers worked out by hand from the cited sources."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import planner
+from planner.cli import main
+from planner.cost import _gemm_time, fp8_cast_elements
+from planner.errors import PlannerError
+from planner.search import plan, plan_precisions
+from planner.specs import Layout, TrainingSpec
+
+TRAIN = dict(global_batch_size=64, seq_length=4096)
+
+
+def test_fp8_peaks_and_curves_are_the_cited_measurements():
+    # H100 SXM FP8 dense 1978.9 TFLOP/s (glennklockwood.com H100 table, S5); cuBLASLt FP8 square
+    # GEMMs m=n=k 1024..16384: 274.1 / 1011.3 / 1216.9 / 1290.1 / 1377.3 TFLOP/s (Azure AI
+    # benchmarking guide, S26); GB200: 489.2 / 2243.6 / 2834.6 / 2876.6 / 2906.9 of 5000
+    for name, peak, measured in (("dgx-h100", 1979e12, (274.1, 1011.3, 1216.9, 1290.1, 1377.3)),
+                                 ("hgx-h200", 1979e12, (290.8, 1013.4, 1249.1, 1300.6, 1366.3)),
+                                 ("gb200-nvl72", 5000e12, (489.2, 2243.6, 2834.6, 2876.6, 2906.9))):
+        c = planner.load_cluster(name)
+        assert c.gpu.peak_fp8_flops == pytest.approx(peak)
+        assert "S26" in c.provenance["calibration.gemm_efficiency_fp8"]
+        for (gflop, eff), tflops, n in zip(c.calibration.gemm_efficiency_fp8, measured, (1024, 2048, 4096, 8192, 16384)):
+            assert gflop == pytest.approx(2 * n**3 / 1e9, rel=0.03)  # m=n=k: 2 n^3 FLOPs (2.1 for 2.15)
+            assert eff * peak / 1e12 == pytest.approx(tflops, abs=0.006 * peak / 1e12)  # rounded to 2 digits
+
+
+def test_an_fp8_gemm_runs_at_the_fp8_curve():
+    c = planner.load_cluster("dgx-h100")
+    flops = 2 * 16384**3  # 8796 GFLOP: 1377.3 TFLOP/s measured, 0.70 of 1979 on the curve
+    assert _gemm_time(c, [flops], fp8=True) == pytest.approx(flops / (1979e12 * 0.70), rel=1e-3)
+    assert _gemm_time(c, [flops]) == pytest.approx(flops / (989e12 * 0.80), rel=1e-3)  # BF16: MAMF 80 %
+
+
+def test_cast_elements_of_llama3_8b():
+    # h 4096, 8 KV heads of 128 (h_kv 1024), f 14336, SwiGLU: forward inputs QKV h, proj h, FC1 h,
+    # FC2 f; backward output grads QKV h + 2 h_kv, proj h, FC1 2f, FC2 h
+    m = planner.load_model("llama3-8b")
+    assert fp8_cast_elements(m, 1) == (4096 + 4096 + 4096 + 14336, 4096 + 2048 + 4096 + 2 * 14336 + 4096)
+    fwd, bwd = fp8_cast_elements(m, 2)
+    assert fwd == 4096 + 2048 + 4096 + 7168 and bwd == (4096 + 2048) / 2 + 4096 + 14336 + 4096
+
+
+def test_fp8_weight_copies_in_the_ledger():
+    # Transformer Engine keeps row- and column-wise FP8 copies: 2 B per linear weight; Llama-3-8B's
+    # linear weights per layer: 4096 x (4096 + 2048) + 4096 x 4096 + 4096 x 28672 + 14336 x 4096
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    linear = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096
+    lay = Layout(tp=2, pp=2, dp=2, zero_stage=1, sequence_parallel=True)
+    bf16 = planner.evaluate(m, c, TrainingSpec(**TRAIN), lay)
+    fp8 = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="delayed"), lay)
+    for s16, s8 in zip(bf16.memory.stages, fp8.memory.stages):
+        assert s8.get("fp8_weights") == pytest.approx(16 * linear / 2 * 2)  # 16 layers, tp 2
+        assert s16.get("fp8_weights") == 0
+    rowwise = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), lay)  # torchao: no weight cache
+    assert all(s.get("fp8_weights") == 0 for s in rowwise.memory.stages)
+    assert fp8.step_time_s < bf16.step_time_s
+
+
+@pytest.mark.parametrize("cluster, recipe, match", [
+    ("dgx-a100-80g", "delayed", "needs compute capability 9.x or newer; A100"),
+    ("dgx-h100", "mxfp8", "needs compute capability 10.x to 11.x; H100"),
+    ("dgx-b200", "mxfp8", "no measured FP8 GEMM curve"),
+])
+def test_recipes_a_gpu_cannot_run_are_refused(cluster, recipe, match):
+    m = planner.load_model("llama3-8b")
+    t = TrainingSpec(**TRAIN, fp8=recipe)
+    with pytest.raises(PlannerError, match=match):
+        planner.evaluate(m, planner.load_cluster(cluster), t, Layout(tp=8, dp=1))
+    with pytest.raises(PlannerError, match=match):
+        plan(m, planner.load_cluster(cluster), t)
+
+
+def test_fp8_is_megatron_only_in_launch_files():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(tp=2, pp=1, dp=4, zero_stage=1, sequence_parallel=True)
+    p = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="tensorwise"), lay)
+    args = p.to_megatron().args
+    i = args.index("--fp8-recipe")
+    assert args[i + 1] == "tensorwise" and args[args.index("--fp8-format") + 1] == "hybrid"
+    with pytest.raises(PlannerError, match="torchao"):
+        planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), lay).to_megatron()
+    with pytest.raises(PlannerError, match="FP8"):
+        p.to_deepspeed()
+    with pytest.raises(PlannerError, match="FP8"):
+        planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="tensorwise"), lay.model_copy(update={"zero_stage": 3,
+                         "overlap_grad_reduce": True})).to_torchtitan()
+    with pytest.raises(PlannerError, match="framework 'torchtitan' would drop it"):
+        plan(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), framework="torchtitan")
+
+
+def test_precision_choice_is_the_faster_and_proven():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(**TRAIN)
+    merged, each = plan_precisions(m, c, t, [None, "delayed"], top_k=3, structural=False, time_limit_s=60)
+    assert set(each) == {None, "delayed"} and all(r.status == "optimal" for r in each.values())
+    assert merged.status == "optimal" and merged.gap == 0.0
+    fastest = min((r.best for r in each.values()), key=lambda p: p.time.objective_us)
+    assert merged.best.time.objective_us == fastest.time.objective_us
+    assert merged.best.training.fp8 == "delayed"  # FP8 GEMMs on H100: the faster of the two here
+    steps = [p.time.objective_us for p in (merged.best, *merged.alternatives)]
+    assert steps == sorted(steps)
+
+
+def test_cli_offers_the_choice_and_explain_prices_fp8():
+    out = io.StringIO()
+    assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
+                 "--fp8", "none,delayed", "--top-k", "2"], stdout=out, stderr=io.StringIO()) == 0
+    assert "precision: bf16:" in out.getvalue() and "chosen: delayed" in out.getvalue()
+    err = io.StringIO()
+    assert main(["plan", "llama3-8b", "dgx-h100", "--fp8", "fp4"], stdout=io.StringIO(), stderr=err) == 2
+    assert "--fp8: unknown recipe 'fp4'" in err.getvalue()
+    from planner.explain import explain
+
+    lines = explain(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"), TrainingSpec(**TRAIN))
+    assert any(line.startswith("Sensitivity, FP8 (delayed)") for line in lines)
