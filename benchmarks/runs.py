@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 import planner
+from planner.space import account_for_ends_split
 from planner.specs import Layout, ModelSpec, TrainingSpec
 
 __all__ = ["Run", "load_runs", "RUNS_PATH"]
@@ -103,18 +104,6 @@ def _fp8(prec: str) -> str | None:
     return None
 
 
-def _account_split(layers: int, stages: int) -> tuple[int, ...] | None:
-    """Where the layers do not divide over the pp x vpp stages but layers + 2 do, the split Megatron
-    makes with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
-    (the embedding and the loss each count as a layer; NeMo's Llama-3.1-405B recipes: 126 layers
-    over 64 virtual stages = 1, 2, ..., 2, 1) [megatron/core/transformer/transformer_config.py:
-    account_for_embedding_in_pipeline_split]; None otherwise (the even split, or a rejection)."""
-    if stages == 1 or layers % stages == 0 or (layers + 2) % stages:
-        return None
-    k = (layers + 2) // stages
-    return (k - 1, *[k] * (stages - 2), k - 1)
-
-
 def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Run]:
     """Every usable row as a Run (complete layout, a catalogued GPU): BF16/FP16 rows, or with
     low_precision the FP8 rows. NeMo 24.07 and Megatron-LM example FP8 rows publish neither ZeRO
@@ -169,7 +158,7 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
                         # 2021 Megatron (SC21) predates overlap_p2p_comm: its interleaved sends were exposed
                         overlap_p2p=False if "2021 Megatron" in str(r.get("sharding")) and (par.get("vpp") or 1) > 1
                         else None,
-                        pipeline_layers=_account_split(mod["n_layers"], pp * (par.get("vpp") or 1)))
+                        pipeline_layers=account_for_ends_split(mod["n_layers"], pp * (par.get("vpp") or 1)))
         mem = r["measured"].get("peak_mem_gib")
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, tokens,
                         mem * 2**30 if isinstance(mem, (int, float)) else None, oom))

@@ -19,7 +19,7 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import RANK_ORDERS, overlaps
+from planner.space import RANK_ORDERS, account_for_ends_split, overlaps
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.units import count_text
 
@@ -349,6 +349,14 @@ def _cmd_evaluate(a, out: Console) -> int:
         if cluster.world_size % mp:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
+    note = None
+    if lay.pipeline_layers is None and lay.first_stage_layers is None and lay.last_stage_layers is None:
+        ends = account_for_ends_split(model.num_layers, lay.pp * lay.vpp)
+        if ends is not None:  # what Megatron runs when the layers do not divide: say which split
+            lay = lay.model_copy(update={"pipeline_layers": ends})
+            note = (f"{model.num_layers} layers do not divide over pp({lay.pp}) x vpp({lay.vpp}); priced with Megatron's "
+                    f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
+                    f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
@@ -398,6 +406,8 @@ def _cmd_evaluate(a, out: Console) -> int:
                   markup=False)
     for w in p.warnings:
         out.print(f"[yellow]warning[/]: {_u(w)}")
+    if note:
+        out.print(f"note: {_u(note)}")
     return EXIT_OK if p.fits else EXIT_INFEASIBLE
 
 

@@ -120,6 +120,19 @@ _compute_fp8_support (>= 9.0; Ada 8.9 is not a catalogued GPU), _compute_fp8_blo
 float8 needs Hopper's FP8 tensor cores too."""
 
 
+def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
+    """Where the layers do not divide over the pp x vpp stages but layers + 2 do, the split Megatron
+    makes with --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split:
+    the embedding and the loss each count as a layer, so the first and last virtual stage hold one
+    layer fewer (NeMo's Llama-3.1-405B recipes: 126 layers over 64 virtual stages = 1, 2, ..., 2, 1)
+    [Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py:
+    account_for_embedding_in_pipeline_split]; None otherwise."""
+    if stages == 1 or layers % stages == 0 or (layers + 2) % stages:
+        return None
+    k = (layers + 2) // stages
+    return (k - 1, *[k] * (stages - 2), k - 1)
+
+
 def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse an FP8 recipe the GPU cannot run or the catalog cannot price (one line, named)."""
     if training.fp8 is None:

@@ -9,6 +9,7 @@ import planner
 from planner.plans import evaluate
 from planner.memory import memory_ledger
 from planner.oracle import enumerate_plans
+from planner.errors import PlannerError
 from planner.search import plan
 from planner.space import layout_problems
 from planner.specs import ModelSpec, TrainingSpec
@@ -303,3 +304,19 @@ def test_any_split_optimum_is_at_least_as_good_as_every_even_split(mref, cref, n
     even = enumerate_plans(m, c, tr, constraints={"uneven_stages": False})
     assert r.status == "optimal"
     assert r.best.time.objective_us <= even[0].time.objective_us
+
+
+def test_a_solution_with_slack_is_priced_by_evaluate_and_an_underpriced_one_is_a_bug():
+    """CP-SAT's stage times are bounded below by the cost terms, so a solution it has not proven
+    optimal may price its plan above evaluate (slack); never below, and never a plan that does not fit."""
+    from planner.search import checked_plan
+
+    p = evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                 TrainingSpec(global_batch_size=64, seq_length=4096), planner.Layout(tp=2, dp=4, zero_stage=1))
+    us = p.time.objective_us
+    assert checked_plan(p, us + 1000, exact=False) is p
+    assert checked_plan(p, us, exact=True) is p
+    with pytest.raises(PlannerError, match="re-evaluates"):
+        checked_plan(p, us + 1000, exact=True)  # a proven optimum carries no slack
+    with pytest.raises(PlannerError, match="re-evaluates"):
+        checked_plan(p, us - 1, exact=False)
