@@ -2,6 +2,7 @@
 
 Parameters (each a factor on the catalog's value, with a log-normal prior centred on it):
 - `gemm`: every point of calibration.gemm_efficiency (capped at 1);
+- `gemm_fp8`: every point of calibration.gemm_efficiency_fp8 (runs with FP8 linear layers only);
 - `attention`: attention_efficiency and attention_efficiency_unfused (capped at 1);
 - `scaleout`: scaleout.nic_busbw (the inter-node collective bandwidth);
 - `tp_exposed`: calibration.tp_comm_exposed (capped at 1);
@@ -63,6 +64,7 @@ class Parameter:
 
 PARAMETERS = (
     Parameter("gemm", 0.15, "GEMM efficiency (every point of the curve)"),
+    Parameter("gemm_fp8", 0.15, "FP8 GEMM efficiency (moved only by runs with FP8 linear layers)"),
     Parameter("attention", 0.25, "attention kernel efficiency"),
     Parameter("scaleout", 0.35, "inter-node collective bandwidth per NIC"),
     Parameter("tp_exposed", 0.35, "share of tensor-parallel communication left exposed"),
@@ -73,8 +75,11 @@ def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: flo
     """`cluster` with the parameters scaled by `factors` (missing names: 1) and the memory overhead set."""
     cal = cluster.calibration
     g, a, t = factors.get("gemm", 1.0), factors.get("attention", 1.0), factors.get("tp_exposed", 1.0)
+    g8 = factors.get("gemm_fp8", 1.0)
     cal = cal.model_copy(update={
         "gemm_efficiency": [(x, min(1.0, y * g)) for x, y in cal.gemm_efficiency],
+        "gemm_efficiency_fp8": None if cal.gemm_efficiency_fp8 is None
+        else [(x, min(1.0, y * g8)) for x, y in cal.gemm_efficiency_fp8],
         "attention_efficiency": min(1.0, cal.attention_efficiency * a),
         "attention_efficiency_unfused": min(1.0, cal.attention_efficiency_unfused * a),
         "tp_comm_exposed": min(1.0, cal.tp_comm_exposed * t),
@@ -151,7 +156,13 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         raise LogError(f"{where}: recompute_granularity = {gran!r} is not one the planner prices")
     vpp = _arg(args, "virtual_pipeline_model_parallel_size", where, default=1)
     bf16 = _arg(args, "bf16", where, kind=bool, default=False)
+    fp8 = None
+    if args.get("fp8", "None") != "None":  # --fp8-format given: the recipe (Megatron's default: delayed)
+        fp8 = args.get("fp8_recipe", "delayed")
+        if fp8 not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
+            raise LogError(f"{where}: fp8_recipe = {fp8!r} is not one the planner prices")
     training = TrainingSpec(
+        fp8=fp8,
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",
         grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",
@@ -336,7 +347,7 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationR
     calibrated = apply_factors(cluster, factors, overhead)
     names = ", ".join(r.label for r in runs)
     provenance = dict(cluster.provenance)
-    for key in ("calibration.gemm_efficiency", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
+    for key in ("calibration.gemm_efficiency", "calibration.gemm_efficiency_fp8", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
                 "calibration.tp_comm_exposed", "scaleout.nic_busbw", "memory_overhead", "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,

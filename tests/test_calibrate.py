@@ -283,3 +283,25 @@ def test_a_hostile_basis_is_escaped_in_the_report():
     r = planner.plan(model, cluster, TrainingSpec(global_batch_size=64, seq_length=4096), top_k=2, structural=False)
     page = review_html(r, [])
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_fp8_runs_move_the_fp8_gemm_curve_and_bf16_runs_do_not():
+    model, base = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=1)
+    lay = Layout(tp=1, dp=8, zero_stage=1)  # GEMM-bound: no TP, DP inside the node
+    fp8 = TrainingSpec(global_batch_size=64, seq_length=8192, fp8="delayed")
+    truth = apply_factors(base, {"gemm_fp8": 0.85})
+    step = planner.evaluate(model, truth, fp8, lay).step_time_s
+    r = calibrate(base, [observation(parse_log(megatron_log(step, 30 * GIB)), model, fp8, lay)])
+    assert r.factors["gemm_fp8"] < 0.95 and r.factors["gemm"] == pytest.approx(1.0, abs=0.03)  # one log: shared with attention
+    bf16 = TrainingSpec(global_batch_size=64, seq_length=8192)
+    step = planner.evaluate(model, apply_factors(base, {"gemm": 0.85}), bf16, lay).step_time_s
+    r = calibrate(base, [observation(parse_log(megatron_log(step, 30 * GIB)), model, bf16, lay)])
+    assert r.factors["gemm_fp8"] == pytest.approx(1.0, abs=1e-3) and r.factors["gemm"] < 0.95
+
+
+def test_megatron_arguments_carry_the_fp8_recipe():
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    args = dict(m.args, fp8="hybrid", fp8_recipe="tensorwise")
+    training, _ = megatron_setup(args, planner.load_model(MODEL), m.source)
+    assert training.fp8 == "tensorwise"
+    assert megatron_setup(m.args, planner.load_model(MODEL), m.source)[0].fp8 is None
