@@ -110,11 +110,15 @@ class Observation:
         return math.ceil(self.layout.world_size / cluster.gpus_per_node)
 
 
+_REQUIRED = object()
+
+
 # Megatron's argument dump [megatron/training/arguments.py:_print_args] -> planner fields
-def _arg(args: dict[str, str], name: str, where: str, kind=int, default=None):
+def _arg(args: dict[str, str], name: str, where: str, kind=int, default=_REQUIRED):
+    """The printed value of `name` as `kind`; `default` where absent or None (else an error)."""
     text = args.get(name)
     if text is None or text == "None":
-        if default is not None:
+        if default is not _REQUIRED:
             return default
         raise LogError(f"{where}: the argument dump has no '{name}'")
     if kind is bool:
@@ -172,10 +176,8 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         zero_stage=1 if _arg(args, "use_distributed_optimizer", where, kind=bool, default=False) else 0,
         recompute=recompute, recompute_num_layers=n_rc, vpp=vpp,
         sequence_parallel=_arg(args, "sequence_parallel", where, kind=bool, default=False),
-        first_stage_layers=args.get("decoder_first_pipeline_num_layers", "None") != "None"
-        and _arg(args, "decoder_first_pipeline_num_layers", where) or None,
-        last_stage_layers=args.get("decoder_last_pipeline_num_layers", "None") != "None"
-        and _arg(args, "decoder_last_pipeline_num_layers", where) or None,
+        first_stage_layers=_arg(args, "decoder_first_pipeline_num_layers", where, default=None),
+        last_stage_layers=_arg(args, "decoder_last_pipeline_num_layers", where, default=None),
         rank_order="tp-cp-pp-dp" if _arg(args, "use_tp_pp_dp_mapping", where, kind=bool, default=False) else "tp-cp-dp-pp",
         overlap_grad_reduce=_arg(args, "overlap_grad_reduce", where, kind=bool, default=False),
         overlap_param_gather=_arg(args, "overlap_param_gather", where, kind=bool, default=False),
@@ -224,10 +226,6 @@ class CalibrationResult:
     runs: tuple[RunFit, ...]
     error: PredictionError
     notes: tuple[str, ...] = field(default=())
-
-    @staticmethod
-    def _err(pred: float, meas: float) -> float:
-        return pred / meas - 1
 
     def median_error(self, which: str) -> float | None:
         """Median |predicted / measured − 1| of step time: which = 'before', 'after' or 'left_out'."""

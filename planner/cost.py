@@ -100,20 +100,18 @@ def _eff_curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.
     return np.log(np.array([p[0] for p in points])), np.array([p[1] for p in points])
 
 
-def gemm_efficiency(cluster: ClusterSpec, flops: float) -> float:
+def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool = False) -> float:
     """Fraction of dense peak one GEMM of `flops` reaches: log-interpolated on the cluster's curve
-    (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]), clamped at its ends."""
-    xs, ys = _eff_curve(tuple(tuple(p) for p in cluster.calibration.gemm_efficiency))
+    (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]; the FP8 curve and peak with fp8), clamped at its ends."""
+    curve = cluster.calibration.gemm_efficiency_fp8 if fp8 else cluster.calibration.gemm_efficiency
+    xs, ys = _eff_curve(tuple(tuple(p) for p in curve))
     return float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
 
 
 def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool = False) -> float:
-    if fp8:  # planner.space.check_precision has made sure both exist
-        peak, curve = cluster.gpu.peak_fp8_flops, cluster.calibration.gemm_efficiency_fp8
-        xs, ys = _eff_curve(tuple(tuple(p) for p in curve))
-        return sum(f / (peak * float(np.interp(math.log(max(f / 1e9, 1e-6)), xs, ys))) for f in flops_list)
-    peak = cluster.gpu.peak_bf16_flops
-    return sum(f / (peak * gemm_efficiency(cluster, f)) for f in flops_list)
+    # with fp8, planner.space.check_precision has made sure the FP8 peak and curve exist
+    peak = cluster.gpu.peak_fp8_flops if fp8 else cluster.gpu.peak_bf16_flops
+    return sum(f / (peak * gemm_efficiency(cluster, f, fp8)) for f in flops_list)
 
 
 FP8_CAST_BYTES = 4

@@ -212,7 +212,7 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
         raise LogError(f"{source}: step lines of several frameworks ({', '.join(found)}): give one run per log")
     fw = found[0]
     args = _megatron_args(lines, source) if fw in ("megatron", "nemo") else {}
-    if fw == "megatron" or fw == "nemo":
+    if fw in ("megatron", "nemo"):
         value, steps = _steady(megatron or nemo, source, "step times")
         rate: Rate = "step_s"
         if fw == "megatron" and any("memory (GB)" in ln for ln in lines):
