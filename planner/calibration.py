@@ -186,10 +186,29 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     return training, layout
 
 
+def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layout,
+                    where: str) -> tuple[TrainingSpec, Layout]:
+    """`training` and `layout` with what DeepSpeed's printed configuration states: the global batch
+    (train_batch_size), the micro-batch (train_micro_batch_size_per_gpu), the ZeRO stage
+    (zero_optimization_stage) and the data-parallel size (its world_size) [deepspeedai/DeepSpeed@edaa722
+    deepspeed/runtime/config.py:DeepSpeedConfig]. The rest (sequence length, TP/PP) is the caller's."""
+    t_up, l_up = {}, {}
+    for key, name, target in (("train_batch_size", "global_batch_size", t_up),
+                              ("train_micro_batch_size_per_gpu", "micro_batch_size", l_up),
+                              ("zero_optimization_stage", "zero_stage", l_up), ("world_size", "dp", l_up)):
+        if key in config:
+            target[name] = _arg(config, key, where, kind=lambda v: int(float(v)))
+    return training.model_copy(update=t_up), layout.model_copy(update=l_up)
+
+
 def observation(measurement: LogMeasurement, model: ModelSpec, training: TrainingSpec | None = None,
                 layout: Layout | None = None) -> Observation:
     """An Observation from a parsed log; training and layout come from the log's Megatron argument
-    dump where it has one, else must be given."""
+    dump where it has one, else must be given (DeepSpeed's printed configuration then sets the
+    batch, micro-batch, ZeRO stage and data-parallel size: deepspeed_setup)."""
+    if measurement.config and not measurement.args and training is not None and layout is not None:
+        training, layout = deepspeed_setup(measurement.config, training, layout, measurement.source)
+        layout = Layout.load(layout.model_dump(), f"{measurement.source} (DeepSpeed configuration)")
     if training is None or layout is None:
         if not measurement.args:
             raise LogError(f"{measurement.source}: the log has no argument dump ({measurement.framework}); "

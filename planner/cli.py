@@ -692,16 +692,17 @@ def _cmd_calibrate(a, out: Console) -> int:
         m = read_log(log)
         training = layout = None
         if not m.args:
+            stated = {"--global-batch-size": "train_batch_size", "--nodes": "world_size"}  # DeepSpeed prints these
             for flag, value in (("--global-batch-size", a.global_batch_size), ("--seq-length", a.seq_length),
                                 ("--nodes", a.nodes)):
-                if value is None:
+                if value is None and stated.get(flag) not in m.config:
                     raise _UsageError(f"{flag}: {m.source} has no argument dump ({m.framework}); give {flag} "
                                       "and the layout flags")
             kernels = a.kernels or ("fused" if m.framework in ("megatron", "nemo") else "unfused")
-            training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length,
+            training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
                                     grad_dtype=a.grad_dtype, kernels=kernels)
             layout = _layout_from_args(a)
-            if a.dp is None:
+            if a.dp is None and a.nodes is not None:
                 mp, world = layout.tp * layout.pp * layout.cp, a.nodes * cluster.gpus_per_node
                 if world % mp:
                     raise _UsageError(f"--dp: tp*pp*cp = {mp} does not divide the {world} GPUs of --nodes {a.nodes}")

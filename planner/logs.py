@@ -18,12 +18,15 @@ Each format is read from the framework's source (the line it prints is quoted be
   ``step: S  loss: …  grad_norm: …  memory: X.XXGiB(P%)  tps: N,NNN  tflops: …  mfu: …%`` (ANSI
   colours optional) — memory is the peak *reserved* GiB since the last line, tps tokens per second
   per device divided by the non-data-parallel size (= tokens/s per GPU).
-- DeepSpeed [deepspeedai/DeepSpeed@edaa722 deepspeed/utils/timer.py:ThroughputTimer.stop]:
+- DeepSpeed [deepspeedai/DeepSpeed@edaa722 deepspeed/runtime/config.py:DeepSpeedConfig.print] logs its
+  configuration as ``[config.py:N:print]   name ....... value`` (dots pad to 29), and
+  [deepspeed/utils/timer.py:ThroughputTimer.stop]:
   ``epoch=E/micro_step=M/global_step=G, RunningAvgSamplesPerSec=X, CurrSamplesPerSec=Y,
   MemAllocated=AGB, MaxMemAllocated=BGB`` (samples = the global train batch, engine.py);
   [deepspeed/runtime/utils.py:see_memory_usage] ``MA x GB  Max_MA x GB  CA x GB  Max_CA x GB``
   (GiB; Max_CA = peak reserved, rounded to whole GiB).
 
+Megatron-DeepSpeed prints Megatron's iteration line and DeepSpeed's: the former is the step time.
 Warm-up is skipped: the first logged step of each run (it carries compilation, allocator growth
 and NCCL set-up) and every step numbered ≤ WARMUP_STEPS; the measurement is the median of the
 steady-state steps. Peak memory is the largest peak *reserved* over the ranks that print it (what
@@ -75,6 +78,9 @@ class LogMeasurement:
     memory_kind: Literal["max reserved", "max allocated"] | None = None
     args: dict[str, str] = field(default_factory=dict, repr=False)
     """Megatron's argument dump, name → printed value (empty where the log has none)."""
+    config: dict[str, str] = field(default_factory=dict, repr=False)
+    """DeepSpeed's printed configuration (DeepSpeedConfig.print: train_batch_size,
+    train_micro_batch_size_per_gpu, zero_optimization_stage, world_size = the data-parallel size, ...)."""
 
     def step_time_s(self, global_batch_size: int, seq_length: int, num_gpus: int) -> float:
         """Seconds per optimizer step, whatever the framework printed."""
@@ -98,6 +104,7 @@ _DS_TPUT = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=" + _NUM + 
                       + r"(?:,\s*MemAllocated=" + _NUM + r"GB,\s*MaxMemAllocated=" + _NUM + r"GB)?")
 _DS_MEM = re.compile(r"\bMA\s+" + _NUM + r"\s*GB\s+Max_MA\s+" + _NUM + r"\s*GB\s+CA\s+" + _NUM + r"\s*GB\s+Max_CA\s+"
                      + _NUM + r"\s*GB")
+_DS_CONFIG = re.compile(r"\[config\.py:\d+:print\]\s+(\w+) (?:\.+ | )(\S.*)$")
 _ARGS_BEGIN = re.compile(r"^-+ arguments -+\s*$")
 _ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
 _ARG = re.compile(r"^\s+(\S+) \.+ (.*)$")
@@ -169,8 +176,12 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     titan_mem, ds_mem_alloc = [], []
     mem_reserved: list[float] = []
     mem_allocated: list[float] = []
+    ds_config: dict[str, str] = {}
     for i, line in enumerate(lines, 1):
         where = f"{source}:{i}"
+        if (m := _DS_CONFIG.search(line)):
+            ds_config[m.group(1)] = m.group(2).strip()
+            continue
         if (m := _MEGATRON_ITER.search(line)) and "elapsed time per iteration" in line:
             e = _ELAPSED.search(m.group(3))
             if not e:
@@ -202,6 +213,8 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
             mem_allocated.append(_number(m.group(2), where) * GIB)
         elif "elapsed time per iteration" in line or "train_step_timing" in line or "CurrSamplesPerSec" in line:
             raise LogError(f"{where}: a step line in an unexpected shape: {line.strip()[:120]!r}")
+    if megatron:  # Megatron-DeepSpeed prints both: Megatron's iteration line is the step
+        ds = []
     found = [name for name, pts in (("megatron", megatron), ("nemo", nemo), ("torchtitan", titan),
                                     ("deepspeed", ds)) if pts]
     if not found:
@@ -232,7 +245,7 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     else:
         peak, kind = None, None
     return LogMeasurement(source=source, framework=fw, rate=rate, value=value, steps=steps,
-                          peak_memory_bytes=peak, memory_kind=kind, args=args)
+                          peak_memory_bytes=peak, memory_kind=kind, args=args, config=ds_config)
 
 
 def read_log(path: str | Path) -> LogMeasurement:

@@ -66,8 +66,12 @@ def test_torchtitan_fixture_with_colours():
 def test_deepspeed_fixture():
     m = read_log(LOGS / "deepspeed_gpt.log")
     assert m.framework == "deepspeed" and m.steps == (20, 30, 40)
-    assert m.value == pytest.approx(110.0437118)  # median of CurrSamplesPerSec at steps 20-40
-    assert m.step_time_s(512, 2048, 64) == pytest.approx(512 / 110.0437118)  # samples = the global batch
+    assert m.value == pytest.approx(60.52404149)  # median of CurrSamplesPerSec at steps 20-40
+    assert m.step_time_s(512, 2048, 64) == pytest.approx(512 / 60.52404149)  # samples = the global batch
+    # DeepSpeedConfig.print: 29-wide dots, none for the 30-character micro-batch name
+    assert m.config == {"bfloat16_enabled": "True", "gradient_accumulation_steps": "4", "train_batch_size": "512",
+                        "train_micro_batch_size_per_gpu": "2", "world_size": "64", "zero_enabled": "True",
+                        "zero_optimization_stage": "3"}
     assert m.peak_memory_bytes == 56 * GIB and m.memory_kind == "max reserved"  # Max_CA, whole GiB
 
 
@@ -305,3 +309,22 @@ def test_megatron_arguments_carry_the_fp8_recipe():
     training, _ = megatron_setup(args, planner.load_model(MODEL), m.source)
     assert training.fp8 == "tensorwise"
     assert megatron_setup(m.args, planner.load_model(MODEL), m.source)[0].fp8 is None
+
+
+def test_deepspeed_configuration_sets_batch_micro_batch_zero_and_dp(tmp_path):
+    m = read_log(LOGS / "deepspeed_gpt.log")
+    o = observation(m, planner.load_model("gpt3-13b"), TrainingSpec(global_batch_size=8, seq_length=2048),
+                    Layout(tp=1))
+    assert o.training.global_batch_size == 512
+    assert (o.layout.dp, o.layout.micro_batch_size, o.layout.zero_stage) == (64, 2, 3)
+    assert o.step_time_s == pytest.approx(512 / 60.52404149)
+    out = io.StringIO()  # the CLI needs only what DeepSpeed does not print: the sequence length
+    rc = main(["calibrate", "gpt3-13b", "dgx-a100-80g", str(LOGS / "deepspeed_gpt.log"), "--seq-length", "2048",
+               "--out", str(tmp_path / "c.yaml")], stdout=out, stderr=io.StringIO())
+    assert rc == 0 and "tp1 pp1 dp64 cp1 zero3 mbs2" in out.getvalue()
+
+
+def test_megatron_deepspeed_logs_take_the_megatron_step():
+    text = megatron_log(2.5, 10 * GIB) + deepspeed_log(40.0, 10 * GIB)
+    m = parse_log(text)
+    assert m.framework == "megatron" and m.value == pytest.approx(2.5)
