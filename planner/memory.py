@@ -179,6 +179,7 @@ def activation_bytes_per_layer(
     recompute: str | Recompute = "none",
     attention: str = "flash",
     rope_fusion: bool = True,
+    fp8_inputs: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -198,6 +199,13 @@ def activation_bytes_per_layer(
         recompute: 'none', 'selective' or 'full'.
         attention: 'flash' (no s^2 storage) or 'eager'.
         rope_fusion: fused RoPE saves no per-layer cos/sin (Megatron's default).
+        fp8_inputs: Transformer Engine FP8 linears save their quantized input (1 B per element)
+            for wgrad instead of the BF16 one [TransformerEngine@d0067d0 pytorch/module/linear.py:
+            _Linear forward, 'Discard row-wise data since it is not needed in backward pass']. The
+            QKV, FC1 and FC2 inputs are needed by nothing else, so they shrink to 1 B; the out-proj
+            input is also the attention output flash attention keeps in BF16 for its own backward,
+            so FP8 adds a 1 B copy (without recompute) or replaces it (selective recompute drops the
+            core's copy).
 
     Returns:
         Bytes per layer.
@@ -235,6 +243,11 @@ def activation_bytes_per_layer(
             continue
         div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
         total += nbytes / div
+    if fp8_inputs:
+        q = model.q_hidden
+        total -= s_loc * b * h / sp_div * 2  # QKV and FC1 inputs: 2 B -> 1 B
+        total -= s_loc * b * f / tp  # FC2 input
+        total += s_loc * b * q / tp * (-1 if rc == Recompute.SELECTIVE else 1)  # out-proj input (see above)
     return total
 
 
@@ -419,7 +432,8 @@ def stage_activation_items(
     """The items that do not depend on the ZeRO stage: activations, logits, overhead."""
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
     m = num_microbatches(training, layout)
-    kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention)
+    kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
+              fp8_inputs=training.fp8 in TE_FP8_RECIPES)
     none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
     flight = in_flight_microbatches(layout, stage, m)
     items = []

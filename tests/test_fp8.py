@@ -121,3 +121,19 @@ def test_cli_offers_the_choice_and_explain_prices_fp8():
 
     lines = explain(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"), TrainingSpec(**TRAIN))
     assert any(line.startswith("Sensitivity, FP8 (delayed)") for line in lines)
+
+
+def test_fp8_linears_save_their_inputs_in_one_byte():
+    # Llama-3-8B, b 1, s 8192, tp 2 with SP: QKV and FC1 inputs s b h / 2 each drop from 2 B to 1 B,
+    # the FC2 input s b f / 2 too; the out-proj input gains a 1 B FP8 copy beside flash attention's
+    # BF16 output (no recompute) or replaces it (selective): 1 B x s b (a d) / 2
+    from planner.memory import activation_bytes_per_layer
+
+    m = planner.load_model("llama3-8b")
+    sbh, sbf = 8192 * 4096, 8192 * 14336
+    kw = dict(tp=2, sequence_parallel=True)
+    for rc, proj in (("none", +1), ("selective", -1)):
+        bf16 = activation_bytes_per_layer(m, 1, 8192, recompute=rc, **kw)
+        fp8 = activation_bytes_per_layer(m, 1, 8192, recompute=rc, fp8_inputs=True, **kw)
+        assert bf16 - fp8 == pytest.approx(sbh / 2 + sbh / 2 + sbf / 2 - proj * sbh / 2)
+    assert activation_bytes_per_layer(m, 1, 8192, recompute="full", fp8_inputs=True, **kw) == 2 * sbh / 2
