@@ -26,7 +26,7 @@ import numpy as np
 
 from planner._memo import memo
 from planner.comm import collective_time, p2p_time
-from planner.memory import stage_layers, stage_params
+from planner.memory import param_gather_bytes, stage_layers, stage_params
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 
@@ -420,7 +420,7 @@ def ddp_bucket_params(dp_cp: int) -> int:
     return max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * dp_cp)
 
 
-def _bucketed(cluster: ClusterSpec, group, op: str, params: float, bytes_per: int, bucket: float,
+def _bucketed(cluster: ClusterSpec, group, op: str, params: float, bytes_per: float, bucket: float,
               window: float | None) -> float:
     """Exposed seconds of the collectives over `params` parameters.
 
@@ -466,10 +466,11 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     group = group_placement(cluster, layout, "dpcp")
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
+    gather = param_gather_bytes(model, training, layout, stage, layers)  # 2 B/param, FP8 linears at 1
     if layout.zero_stage == 3:
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
         rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
-        ag = collective_time(cluster, group, "allgather", psi * 2)
+        ag = collective_time(cluster, group, "allgather", gather)
         return m * max(0.0, 2 * ag + rs - window)
     bucket = ddp_bucket_params(n)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
@@ -479,7 +480,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     grads = _bucketed(cluster, group, "reducescatter", psi, grad_b, bucket, bwd)
     if layout.zero_stage == 2:
         grads *= m
-    return grads + _bucketed(cluster, group, "allgather", psi, 2, bucket, fwd)
+    return grads + _bucketed(cluster, group, "allgather", psi, gather / psi, bucket, fwd)
 
 
 def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,

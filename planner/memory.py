@@ -401,10 +401,23 @@ def stage_static_items(
     if layout.zero_stage == 3:
         gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / layout.tp * PARAM_BYTES
         items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
-    if training.fp8 in TE_FP8_RECIPES:
+    if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
+        # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
+        # 2 B, as the BF16 weight was): no copies beside them
         items.append(MemoryItem("fp8_weights", layers * linear_params_per_layer(model) / layout.tp * FP8_WEIGHT_BYTES,
                                 "FP8 row- and column-wise copies of the linear weights"))
     return items
+
+
+def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
+    """Bytes of the weights one GPU of pipeline `stage` all-gathers (ZeRO >= 1): 2 per parameter, 1 for
+    the linear weights under --fp8-param-gather [Megatron-LM@d98e8a6 megatron/core/transformer/
+    transformer_config.py: fp8_param; shared/reference/framework-mechanisms.md §4]."""
+    psi = stage_params(model, layout, stage, layers)
+    if not training.fp8_param_gather:
+        return psi * PARAM_BYTES
+    fp8 = layers * linear_params_per_layer(model) / layout.tp
+    return (psi - fp8) * PARAM_BYTES + fp8
 
 
 TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})

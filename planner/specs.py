@@ -459,6 +459,10 @@ class TrainingSpec(_Spec):
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8) or torchao's rowwise (torchtitan's float8 default);
     None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
+    fp8_param_gather: Bool = False
+    """Megatron's --fp8-param-gather: the linear weights are kept as FP8 tensors (no BF16 copy beside
+    the FP8 ones) and the distributed optimizer all-gathers them in FP8. Needs a Transformer Engine
+    recipe (not torchao's rowwise)."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
 
@@ -468,6 +472,9 @@ class TrainingSpec(_Spec):
         if n > MAX_TOKENS_PER_STEP:
             raise ValueError(f"global_batch_size: global_batch_size({self.global_batch_size})*seq_length"
                              f"({self.seq_length}) = {n:,} tokens per step exceeds {MAX_TOKENS_PER_STEP:,}")
+        if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
+            raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
+                             f"mxfp8), got fp8={self.fp8!r}")
         return self
 
 

@@ -137,3 +137,23 @@ def test_fp8_linears_save_their_inputs_in_one_byte():
         fp8 = activation_bytes_per_layer(m, 1, 8192, recompute=rc, fp8_inputs=True, **kw)
         assert bf16 - fp8 == pytest.approx(sbh / 2 + sbh / 2 + sbf / 2 - proj * sbh / 2)
     assert activation_bytes_per_layer(m, 1, 8192, recompute="full", fp8_inputs=True, **kw) == 2 * sbh / 2
+
+
+def test_fp8_param_gather_halves_the_linear_weights_gathered_and_drops_the_copies():
+    from planner.memory import param_gather_bytes, stage_params
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    lay = Layout(tp=4, pp=4, dp=4, zero_stage=1, sequence_parallel=True)
+    off = TrainingSpec(global_batch_size=1024, seq_length=8192, fp8="delayed")
+    on = off.model_copy(update={"fp8_param_gather": True})
+    # stage 1 (20 layers, no embedding): 20 x 855,638,016 linear weights / tp 4 at 1 B, the rest at 2 B
+    psi, lin = stage_params(m, lay, 1, 20), 20 * 855_638_016 / 4
+    assert param_gather_bytes(m, off, lay, 1, 20) == pytest.approx(2 * psi)
+    assert param_gather_bytes(m, on, lay, 1, 20) == pytest.approx(2 * (psi - lin) + lin)
+    p_off, p_on = planner.evaluate(m, c, off, lay), planner.evaluate(m, c, on, lay)
+    assert p_on.memory.stages[1].get("fp8_weights") == 0
+    assert p_off.memory.stages[1].total - p_on.memory.stages[1].total == pytest.approx(2 * lin)
+    assert p_on.time.dp_exposed < p_off.time.dp_exposed
+    assert "--fp8-param-gather" in p_on.to_megatron().args and "--fp8-param-gather" not in p_off.to_megatron().args
+    with pytest.raises(planner.SpecError, match="fp8_param_gather"):
+        TrainingSpec(global_batch_size=8, seq_length=8, fp8="rowwise", fp8_param_gather=True)

@@ -251,3 +251,9 @@ def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
     for p, r in zip(plans, results):
         assert r.ok, r.line()
         assert r.details["fp8"] == "hybrid" and r.details["fp8_recipe"] == p.training.fp8
+        assert r.details["fp8_param"] is False
+    gathered = plan(m, planner.load_cluster("dgx-h100", nodes=1),
+                    TrainingSpec(global_batch_size=16, seq_length=4096, fp8="delayed", fp8_param_gather=True),
+                    top_k=1, structural=False, time_limit_s=60, zero_stage=1).best
+    r = check_megatron([megatron_payload(gathered.to_megatron().args, gathered.num_gpus, gathered.to_megatron().env, 9)])[0]
+    assert r.ok and r.details["fp8_param"] is True

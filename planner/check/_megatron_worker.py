@@ -104,7 +104,8 @@ def _validate(p: dict) -> dict:
                "global_batch_size": args.global_batch_size, "num_microbatches": m,
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
-               "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None}
+               "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
+               "fp8_param": bool(getattr(cfg, "fp8_param", False))}
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 

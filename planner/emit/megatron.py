@@ -109,6 +109,8 @@ def megatron_args(plan: Plan) -> list[str]:
             raise PlannerError(f"Megatron: FP8 recipe '{t.fp8}' is torchao's (torchtitan); Megatron's --fp8-recipe "
                                f"offers {', '.join(sorted(MEGATRON_FP8_RECIPES))}")
         a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
+        if t.fp8_param_gather:  # FP8 weights, all-gathered in FP8 (priced in planner.cost / memory)
+            a += ["--fp8-param-gather"]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
     # grads with --bf16 unless told otherwise, and 2-byte grads with --fp16 unless told otherwise
     # [megatron-core 0.19.2 training/arguments.py: validate_args, bf16 block]
