@@ -110,6 +110,9 @@ _ARGS_END = re.compile(r"^-+ end of arguments -+\s*$")
 _ARG = re.compile(r"^\s+(\S+) \.+ (.*)$")
 
 MIB, GIB = 2**20, 2**30
+MAX_LINE = 1 << 16
+"""Lines longer than 64 KiB are not read (step and memory lines are a few hundred bytes; a longer
+line is a dump, and the patterns should not scan it)."""
 
 
 def _number(text: str, where: str) -> float:
@@ -119,6 +122,13 @@ def _number(text: str, where: str) -> float:
         raise LogError(f"{where}: '{text}' is not a number") from None
     if not math.isfinite(value):
         raise LogError(f"{where}: '{text}' is not a finite number")
+    return value
+
+
+def _memory(text: str, where: str) -> float:
+    value = _number(text, where)
+    if value < 0:
+        raise LogError(f"{where}: memory '{text}' is negative")
     return value
 
 
@@ -179,6 +189,8 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     ds_config: dict[str, str] = {}
     for i, line in enumerate(lines, 1):
         where = f"{source}:{i}"
+        if len(line) > MAX_LINE:
+            continue
         if (m := _DS_CONFIG.search(line)):
             ds_config[m.group(1)] = m.group(2).strip()
             continue
@@ -194,23 +206,23 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
             if reserved is None and allocated is None:
                 raise LogError(f"{where}: memory line without 'max reserved' or 'max allocated'")
             if reserved is not None:
-                mem_reserved.append(_number(reserved, where) * scale)
+                mem_reserved.append(_memory(reserved, where) * scale)
             if allocated is not None:
-                mem_allocated.append(_number(allocated, where) * scale)
+                mem_allocated.append(_memory(allocated, where) * scale)
         elif (m := _NEMO_STEP.search(line)):
             it = _NEMO_ITER.search(line) or _NEMO_GLOBAL_STEP.search(line)
             step = int(float(it.group(1).replace(",", ""))) if it else len(nemo) + 1
             nemo.append((step, _number(m.group(1), where)))
         elif (m := _TITAN.search(line)):
             titan.append((int(m.group(1)), _number(m.group(3), where)))
-            titan_mem.append((int(m.group(1)), _number(m.group(2), where) * GIB))
+            titan_mem.append((int(m.group(1)), _memory(m.group(2), where) * GIB))
         elif (m := _DS_TPUT.search(line)):
             ds.append((int(m.group(1)), _number(m.group(3), where)))
             if m.group(5) is not None:
-                ds_mem_alloc.append(_number(m.group(5), where) * GIB)
+                ds_mem_alloc.append(_memory(m.group(5), where) * GIB)
         elif (m := _DS_MEM.search(line)):
-            mem_reserved.append(_number(m.group(4), where) * GIB)
-            mem_allocated.append(_number(m.group(2), where) * GIB)
+            mem_reserved.append(_memory(m.group(4), where) * GIB)
+            mem_allocated.append(_memory(m.group(2), where) * GIB)
         elif "elapsed time per iteration" in line or "train_step_timing" in line or "CurrSamplesPerSec" in line:
             raise LogError(f"{where}: a step line in an unexpected shape: {line.strip()[:120]!r}")
     if megatron:  # Megatron-DeepSpeed prints both: Megatron's iteration line is the step

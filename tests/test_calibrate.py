@@ -91,6 +91,7 @@ def test_deepspeed_fixture():
      " iteration       20/     100 | elapsed time per iteration (ms): 1.0 |\n", "never ends"),
     ("[Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0\n"
      " iteration       20/     100 | elapsed time per iteration (ms): 1.0 |\n", ":1: memory line without"),
+    ("[Rank 0] (after 10 iterations) memory (MB) | max reserved: -5.0\n", ":1: memory '-5.0' is negative"),
 ])
 def test_malformed_logs_fail_with_one_line(text, match):
     with pytest.raises(LogError, match=match) as err:
@@ -328,3 +329,9 @@ def test_megatron_deepspeed_logs_take_the_megatron_step():
     text = megatron_log(2.5, 10 * GIB) + deepspeed_log(40.0, 10 * GIB)
     m = parse_log(text)
     assert m.framework == "megatron" and m.value == pytest.approx(2.5)
+
+
+def test_a_huge_line_is_skipped_not_scanned():
+    # 2.6 MB of near-matches on one line: scanning it with the step patterns takes quadratic time
+    line = "step: 1 loss: " + "memory: 1GiB " * 200_000
+    assert parse_log(line + "\n" + megatron_log(2.0, 10 * GIB)).value == pytest.approx(2.0)
