@@ -405,19 +405,24 @@ def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     chosen = min(found, key=lambda r: (r.best.time.objective_us, r.best.peak_memory_bytes))
     ranked = sorted((p for r in found for p in (r.best, *r.alternatives)),
                     key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
-    if any(r.status == "unknown" for r in results.values()):
-        status, gap = "unknown", None
-    else:
-        lowers = [r.best.time.objective_us * (1 - (r.gap or 0.0)) for r in found]
-        best_obj = ranked[0].time.objective_us
-        gap = max(0.0, (best_obj - min(lowers)) / best_obj) if best_obj else 0.0
-        status = "optimal" if all(r.status in ("optimal", "infeasible") for r in results.values()) else "feasible"
-        gap = 0.0 if status == "optimal" else gap
+    status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "precision choice: " + ", ".join(f"{k or 'bf16'} {r.best.step_time_s:.3f} s" if r.best else f"{k or 'bf16'} {r.status}"
                                             for k, r in results.items())
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line)), results
+
+
+def merged_status(results: list, best_us: int) -> tuple[str, float | None]:
+    """(status, gap) of the union of several searches whose best is `best_us`: 'optimal' when each
+    is proven (optimal or infeasible); 'unknown' when any ran out of time without a bound; else
+    'feasible' with the gap to the smallest proven lower bound (a result's best x (1 - its gap))."""
+    if any(r.status == "unknown" for r in results):
+        return "unknown", None
+    if all(r.status in ("optimal", "infeasible") for r in results):
+        return "optimal", 0.0
+    lower = min(r.best.time.objective_us * (1 - (r.gap or 0.0)) for r in results if r.best is not None)
+    return "feasible", max(0.0, (best_us - lower) / best_us) if best_us else 0.0
 
 
 def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:

@@ -157,3 +157,35 @@ def test_fp8_param_gather_halves_the_linear_weights_gathered_and_drops_the_copie
     assert "--fp8-param-gather" in p_on.to_megatron().args and "--fp8-param-gather" not in p_off.to_megatron().args
     with pytest.raises(planner.SpecError, match="fp8_param_gather"):
         TrainingSpec(global_batch_size=8, seq_length=8, fp8="rowwise", fp8_param_gather=True)
+
+
+def test_merged_status_is_only_as_proven_as_its_weakest_search():
+    from types import SimpleNamespace as NS
+
+    from planner.search import merged_status
+
+    def res(status, us=None, gap=None):
+        best = None if us is None else NS(time=NS(objective_us=us))
+        return NS(status=status, best=best, gap=gap)
+
+    assert merged_status([res("optimal", 100, 0.0), res("infeasible")], 100) == ("optimal", 0.0)
+    assert merged_status([res("optimal", 100, 0.0), res("unknown", 90)], 90) == ("unknown", None)
+    # the FP8 search stopped at 80 with a 25 % gap (bound 60): the union is only known to be >= 60
+    st, gap = merged_status([res("optimal", 100, 0.0), res("feasible", 80, 0.25)], 80)
+    assert st == "feasible" and gap == pytest.approx((80 - 60) / 80)
+
+
+def test_fp8_layer_time_is_fp8_gemms_plus_the_casts():
+    # forward: the four GEMMs at the FP8 curve instead of BF16, plus 4 B per cast element at the
+    # achieved HBM bandwidth (3350 GB/s x 0.89); backward: twice the GEMMs plus the gradient casts
+    from planner.cost import _layer_time_of, layer_gemm_flops
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    t16, t8 = TrainingSpec(**TRAIN), TrainingSpec(**TRAIN, fp8="delayed")
+    a, b = _layer_time_of(m, c, t16, 2, 1, 1, True), _layer_time_of(m, c, t8, 2, 1, 1, True)
+    tokens = 4096
+    gemm = sum(_gemm_time(c, [f], fp8=True) - _gemm_time(c, [f]) for f in layer_gemm_flops(m, tokens, 2))
+    hbm = 3350e9 * 0.89
+    fwd_el, bwd_el = 4096 + 2048 + 4096 + 7168, (4096 + 2048) / 2 + 4096 + 14336 + 4096
+    assert b.fwd - a.fwd == pytest.approx(gemm + 4 * tokens * fwd_el / hbm, rel=1e-6)
+    assert b.bwd - a.bwd == pytest.approx(2 * gemm + 4 * tokens * bwd_el / hbm, rel=1e-6)
