@@ -195,6 +195,7 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
 
 # Hugging Face architectures -> how to read their config.json
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+_MOE_LIKE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM"}  # llama layers with SwiGLU experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
 
 
@@ -213,8 +214,21 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
                 "kv_lora_rank": "multi-latent attention"}
 
 
-def _refuse_unmodelled(cfg: dict[str, Any], name: str) -> None:
-    for key in _MOE_KEYS:
+def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
+    """The MoE fields of a Mixtral or Qwen3-MoE config (every layer MoE, no shared expert)."""
+    if arch == "MixtralForCausalLM":
+        return dict(num_experts=_need(cfg, "num_local_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+                    expert_ffn_hidden_size=_need(cfg, "intermediate_size", name))
+    step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
+    if step != 1 or dense:
+        raise ConfigImportError(f"{name}: decoder_sparse_step = {step!r} / mlp_only_layers = {dense!r}: dense layers "
+                                "between MoE layers are not modelled (refused rather than counted as MoE)")
+    return dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+                expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+
+
+def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False) -> None:
+    for key in () if moe else _MOE_KEYS:
         v = cfg.get(key)
         if v not in (None, 0, 1, False, [], {}):
             raise ConfigImportError(f"{name}: '{key}' = {v!r} makes this a Mixture-of-Experts model; "
@@ -228,7 +242,8 @@ def _refuse_unmodelled(cfg: dict[str, Any], name: str) -> None:
 def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
-    Supports Llama, Mistral and Qwen2 (llama family), GPT-2 and GPT-NeoX (gpt family).
+    Supports Llama, Mistral and Qwen2 (llama family), Mixtral and Qwen3-MoE (llama family with
+    SwiGLU experts: counted, not yet priced), GPT-2 and GPT-NeoX (gpt family).
 
     Raises:
         ConfigImportError: not a mapping, no or unsupported architecture, or a missing key.
@@ -237,14 +252,14 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
         raise ConfigImportError(f"{name}: config.json must be a JSON object")
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    supported = sorted(_LLAMA_LIKE | _GPT_LIKE)
-    if arch not in _LLAMA_LIKE | _GPT_LIKE:
+    supported = sorted(_LLAMA_LIKE | _MOE_LIKE | _GPT_LIKE)
+    if arch not in _LLAMA_LIKE | _MOE_LIKE | _GPT_LIKE:
         shown = arch if arch is None or arch.isprintable() else arch.encode("unicode_escape").decode()
         raise ConfigImportError(
             f"{name}: unsupported architecture {shown!r} in 'architectures'; supported: {', '.join(supported)}"
         )
-    _refuse_unmodelled(cfg, name)
-    if arch in _LLAMA_LIKE:
+    _refuse_unmodelled(cfg, name, moe=arch in _MOE_LIKE)
+    if arch in _LLAMA_LIKE | _MOE_LIKE:
         h = _need(cfg, "hidden_size", name)
         head_dim = cfg.get("head_dim")
         heads = _need(cfg, "num_attention_heads", name)
@@ -261,6 +276,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
         )
+        if arch in _MOE_LIKE:
+            spec["moe"] = _moe_of(cfg, arch, name)
     elif arch == "GPT2LMHeadModel":
         h = _need(cfg, "n_embd", name)
         spec = dict(

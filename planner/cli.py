@@ -433,7 +433,8 @@ def _cmd_ledger(a, out: Console) -> int:
     if a.json:
         out.print_json(json.dumps(rows))
         return EXIT_OK
-    t = Table(title=f"{model.name}: {model.num_params / 1e9:.2f}B parameters, static memory per GPU "
+    active = f" ({model.active_params / 1e9:.2f}B active; experts are not sharded by EP here)" if model.moe else ""
+    t = Table(title=f"{model.name}: {model.num_params / 1e9:.2f}B parameters{active}, static memory per GPU "
                     f"({'16' if a.grad_dtype == 'bf16' else '18'} bytes/param unsharded)", title_justify="left")
     for col in ("TP x PP", "ZeRO", "params GB", "grads GB", "Adam GB", "total GB"):
         t.add_column(col, justify="right")
@@ -451,7 +452,9 @@ def _cmd_catalog(a, out: Console) -> int:
             t.add_column(col)
         for ref in model_ids():
             m = load_model(ref)
-            _row(t, ref, m.family.value, f"{m.num_params / 1e9:.2f}B", str(m.num_layers), str(m.hidden_size),
+            params = f"{m.num_params / 1e9:.2f}B" + (f" ({m.active_params / 1e9:.1f}B active)" if m.moe else "")
+            _row(t, ref, m.family.value + (" MoE" if m.moe else "") + (" MLA" if m.mla else ""), params,
+                 str(m.num_layers), str(m.hidden_size),
                  f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),
                  (m.sources[0].get("url", "") if m.sources else ""))
     else:

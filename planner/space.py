@@ -133,6 +133,18 @@ def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
     return (k - 1, *[k] * (stages - 2), k - 1)
 
 
+def check_priced(model: ModelSpec) -> None:
+    """Refuse what the cost and memory model cannot price yet, rather than approximate it: MoE
+    (expert parallelism, routed-token activations, all-to-all) and multi-latent attention."""
+    if model.moe is not None:
+        raise PlannerError(f"model.moe: {model.name} is a Mixture-of-Experts model ({model.num_params / 1e9:.1f}B "
+                           f"parameters, {model.active_params / 1e9:.1f}B active); expert-parallel layouts are not priced "
+                           "yet (planner ledger counts its parameters)")
+    if model.mla is not None:
+        raise PlannerError(f"model.mla: {model.name} uses multi-latent attention, which is not priced yet "
+                           "(planner ledger counts its parameters)")
+
+
 def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse an FP8 recipe the GPU cannot run or the catalog cannot price (one line, named)."""
     if training.fp8 is None:
@@ -151,6 +163,7 @@ def check_layout(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
 ) -> None:
     """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
+    check_priced(model)
     check_precision(cluster, training)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
@@ -414,6 +427,7 @@ def build_space(
         PlannerError: an unknown framework or constraint name.
     """
     constraints = validate_constraints(dict(constraints or {}))
+    check_priced(model)
     check_precision(cluster, training)
     if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "

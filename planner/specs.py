@@ -27,6 +27,8 @@ __all__ = [
     "LinkTier",
     "ScaleOut",
     "PredictionError",
+    "MoESpec",
+    "MLASpec",
     "Calibration",
     "ClusterSpec",
     "TrainingSpec",
@@ -165,8 +167,45 @@ class Recompute(StrEnum):
     """Store only each layer's input and recompute the whole layer in backward."""
 
 
+class MoESpec(_Spec):
+    """Mixture-of-Experts MLP (Megatron-Core semantics, llama family: SwiGLU experts)."""
+
+    num_experts: _count(1 << 16, lo=2)
+    """Routed experts per MoE layer (Megatron --num-experts; HF num_local_experts / n_routed_experts)."""
+    top_k: _count(1 << 10)
+    """Routed experts each token uses (--moe-router-topk; HF num_experts_per_tok)."""
+    expert_ffn_hidden_size: _count(MAX_WIDTH)
+    """Inner width of one routed expert (--moe-ffn-hidden-size; HF moe_intermediate_size)."""
+    shared_expert_ffn_hidden_size: _count(MAX_WIDTH, lo=0) = 0
+    """Inner width of all shared experts together (--moe-shared-expert-intermediate-size); 0 = none."""
+    first_dense_layers: _count(MAX_LAYERS, lo=0) = 0
+    """Leading layers with a dense MLP of ffn_hidden_size (DeepSeek-V3: 3; HF first_k_dense_replace)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k: top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts})")
+        return self
+
+
+class MLASpec(_Spec):
+    """Multi-latent attention (DeepSeek-V2/V3, Kimi-K2): low-rank Q and KV with a decoupled RoPE part."""
+
+    q_lora_rank: _count(MAX_WIDTH) | None = None
+    """Rank of the Q down-projection; None = Q projected directly from h."""
+    kv_lora_rank: _count(MAX_WIDTH)
+    """Rank of the joint KV down-projection."""
+    qk_head_dim: _count(MAX_WIDTH)
+    """Per-head Q/K width without position (HF qk_nope_head_dim)."""
+    qk_rope_head_dim: _count(MAX_WIDTH)
+    """Per-head Q/K width carrying RoPE (K's is shared by all heads)."""
+    v_head_dim: _count(MAX_WIDTH)
+    """Per-head V width."""
+
+
 class ModelSpec(_Spec):
-    """A dense decoder-only transformer. The parameter count is derived, never stored."""
+    """A decoder-only transformer: dense, or Mixture-of-Experts / multi-latent attention (their
+    parameters are counted; their layouts are not priced yet). The parameter count is derived, never stored."""
 
     name: Name
     """Catalog id or a free name."""
@@ -195,6 +234,10 @@ class ModelSpec(_Spec):
     """Input embedding and output layer share one matrix."""
     qkv_bias: Bool = False
     """Llama family only: Q/K/V projections carry a bias (Qwen2)."""
+    moe: MoESpec | None = None
+    """Mixture-of-Experts MLPs (llama family); None = dense."""
+    mla: MLASpec | None = None
+    """Multi-latent attention (llama family); None = (grouped-query) multi-head attention."""
     sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     """Where the numbers come from (catalog files)."""
     provenance: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -215,7 +258,50 @@ class ModelSpec(_Spec):
             raise ValueError("num_kv_heads: the 'gpt' family is multi-head: num_kv_heads must equal num_attention_heads")
         if self.family == Family.GPT and self.qkv_bias:
             raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
+        for name in ("moe", "mla"):
+            if getattr(self, name) is not None and self.family == Family.GPT:
+                raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
+        if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError(f"moe: first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})")
         return self
+
+    @cached_property
+    def attention_params(self) -> int:
+        """Parameters of one layer's attention block, norms excluded (llama family).
+
+        MLA [DeepSeek-V3 report §2.1; HF DeepseekV3Attention]: Q = W_uq(norm(W_dq x)) over a heads of
+        (qk_head_dim + qk_rope_head_dim), or W_q x without q_lora_rank; [c_kv, k_rope] = W_dkv x
+        (kv_lora_rank + qk_rope_head_dim wide), K_nope and V = W_ukv(norm(c_kv)); out-proj from a*v_head_dim.
+        """
+        h, a = self.hidden_size, self.num_attention_heads
+        if self.mla is not None:
+            m = self.mla
+            qk = m.qk_head_dim + m.qk_rope_head_dim
+            q = h * a * qk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
+            return q + kv + a * m.v_head_dim * h
+        hq, hkv = self.q_hidden, self.kv_hidden
+        return h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias else 0)
+
+    @cached_property
+    def moe_layer_params(self) -> tuple[int, int]:
+        """(total, active) parameters of one MoE layer: attention, two RMSNorms, the router (h x E),
+        the routed SwiGLU experts (E, or top_k of them active, of 3 h f_e) and the shared experts."""
+        if self.moe is None:
+            raise ValueError("moe_layer_params: a dense model has no MoE layers")
+        h, e = self.hidden_size, self.moe
+        base = self.attention_params + 2 * h + h * e.num_experts + 3 * h * e.shared_expert_ffn_hidden_size
+        expert = 3 * h * e.expert_ffn_hidden_size
+        return base + e.num_experts * expert, base + e.top_k * expert
+
+    @cached_property
+    def active_params(self) -> int:
+        """Parameters one token uses (all of them for a dense model)."""
+        if self.moe is None:
+            return self.num_params
+        dense = self.moe.first_dense_layers
+        return (dense * self.params_per_layer + (self.num_layers - dense) * self.moe_layer_params[1]
+                + self.embedding_params + self.output_params)
 
     @cached_property
     def positions(self) -> str:
@@ -252,10 +338,7 @@ class ModelSpec(_Spec):
             mlp = (h * f + f) + (f * h + h)  # FC1, FC2 with biases
             norms = 2 * 2 * h  # two LayerNorms, gamma and beta
             return attn + mlp + norms
-        hq = self.q_hidden
-        attn = h * hq + 2 * h * hkv + hq * h  # Q, K, V, out-proj (no biases)
-        if self.qkv_bias:
-            attn += hq + 2 * hkv  # Qwen2 Q/K/V biases
+        attn = self.attention_params  # Q, K, V, out-proj (+ Qwen2 Q/K/V biases; MLA's projections)
         mlp = 3 * h * f  # gate, up, down (SwiGLU)
         norms = 2 * h  # two RMSNorm scales
         return attn + mlp + norms
@@ -275,8 +358,14 @@ class ModelSpec(_Spec):
 
     @cached_property
     def num_params(self) -> int:
-        """Total parameter count Psi (derived from the shape)."""
-        return self.num_layers * self.params_per_layer + self.embedding_params + self.output_params
+        """Total parameter count Psi (derived from the shape). params_per_layer is a dense layer's;
+        with MoE the layers after first_dense_layers count moe_layer_params instead."""
+        if self.moe is not None:
+            dense = self.moe.first_dense_layers
+            layers = dense * self.params_per_layer + (self.num_layers - dense) * self.moe_layer_params[0]
+        else:
+            layers = self.num_layers * self.params_per_layer
+        return layers + self.embedding_params + self.output_params
 
 
 class GpuSpec(_Spec):
