@@ -429,11 +429,12 @@ def _cmd_explain(a, out: Console) -> int:
 
 def _cmd_ledger(a, out: Console) -> int:
     model = load_model(a.model)
-    rows = ledger_rows(model, grad_dtype=a.grad_dtype, shard=a.shard)
+    rows = ledger_rows(model, grad_dtype=a.grad_dtype, shard=a.shard, ep=a.ep, etp=a.etp)
     if a.json:
         out.print_json(json.dumps(rows))
         return EXIT_OK
-    active = f" ({model.active_params / 1e9:.2f}B active; experts are not sharded by EP here)" if model.moe else ""
+    active = (f" ({model.active_params / 1e9:.2f}B active; experts over ep {a.ep} x etp {a.etp or 'TP'}, their states "
+              f"over the expert-data-parallel group)") if model.moe else ""
     t = Table(title=f"{model.name}: {model.num_params / 1e9:.2f}B parameters{active}, static memory per GPU "
                     f"({'16' if a.grad_dtype == 'bf16' else '18'} bytes/param unsharded)", title_justify="left")
     for col in ("TP x PP", "ZeRO", "params GB", "grads GB", "Adam GB", "total GB"):
@@ -551,7 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
     p.add_argument("model")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="bf16")
-    p.add_argument("--shard", type=_positive_int, default=8, help="ZeRO ranks (default 8)")
+    p.add_argument("--shard", type=_positive_int, default=8, help="data-parallel (ZeRO) ranks (default 8)")
+    p.add_argument("--ep", type=_positive_int, default=1, help="MoE: expert-parallel degree (default 1)")
+    p.add_argument("--etp", type=_positive_int, default=None, help="MoE: expert tensor parallel (default: = TP)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("catalog", help="the built-in models or clusters")
     p.add_argument("kind", choices=["models", "clusters"])

@@ -90,6 +90,51 @@ def static_memory(
     )
 
 
+def expert_params(model: ModelSpec) -> int:
+    """Parameters of all routed experts (0 for a dense model): (L - first dense layers) x E x 3 h f_e."""
+    if model.moe is None:
+        return 0
+    e = model.moe
+    return (model.num_layers - e.first_dense_layers) * e.num_experts * 3 * model.hidden_size * e.expert_ffn_hidden_size
+
+
+def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, etp: int | None = None,
+                      grad_dtype: str = "bf16", zero_stage: int = 0) -> StaticMemory:
+    """Weights, gradients and Adam states per GPU of an MoE model with layers split evenly over pp.
+
+    Megatron's parallel folding [Megatron-LM@d98e8a6 megatron/core/parallel_state.py:
+    initialize_model_parallel]: the dense part (attention, norms, router, shared experts, dense
+    layers, embeddings) is split by tp and its ZeRO states over the data-parallel group dp; the
+    routed experts are split by ep x etp (etp defaults to tp, --expert-tensor-parallel-size) and
+    their states over the expert-data-parallel group tp x dp / (ep x etp) -- expert parameters
+    (allreduce=False) get their own gradient buffers and optimizer over that group
+    [megatron/core/distributed/distributed_data_parallel.py: expt_dp_group; megatron/core/optimizer/
+    __init__.py: is_expert_parallel].
+
+    Raises:
+        SpecError: ep x etp does not divide tp x dp, or ep does not divide the experts.
+    """
+    etp = tp if etp is None else etp
+    experts = expert_params(model)
+    if model.moe is not None:
+        if (tp * dp) % (ep * etp):
+            raise SpecError(f"ep: ep({ep}) x etp({etp}) must divide tp({tp}) x dp({dp}) (the expert grid folds onto "
+                            "the same GPUs)", "ep")
+        if model.moe.num_experts % ep:
+            raise SpecError(f"ep: ep({ep}) must divide num_experts({model.moe.num_experts})", "ep")
+    elif ep != 1:
+        raise SpecError(f"ep: a dense model has no experts to split (ep={ep})", "ep")
+    dense = static_memory((model.num_params - experts) / (tp * pp), grad_dtype=grad_dtype, zero_stage=zero_stage,
+                          shard=dp if zero_stage else 1)
+    if not experts:
+        return dense
+    edp = tp * dp // (ep * etp)
+    exp = static_memory(experts / (ep * etp * pp), grad_dtype=grad_dtype, zero_stage=zero_stage,
+                        shard=edp if zero_stage else 1)
+    return StaticMemory(params=dense.params + exp.params, grads=dense.grads + exp.grads,
+                        optimizer=dense.optimizer + exp.optimizer)
+
+
 # ---------------------------------------------------------------------------------------------
 # Activations per layer
 # ---------------------------------------------------------------------------------------------

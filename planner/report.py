@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.plans import Plan
-from planner.memory import static_memory
+from planner.memory import moe_static_memory
 from planner.search import PlanResult
 from planner.specs import ModelSpec
 from planner.uncertainty import LEVELS
@@ -99,13 +99,14 @@ def result_dict(r: PlanResult, *, timing: bool = True) -> dict[str, Any]:
 
 
 def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 1), (8, 8)),
-                shard: int = 8) -> list[dict[str, Any]]:
-    """The seed's static-memory table for a model: per ZeRO stage (over `shard` ranks) and per TP x PP split."""
+                shard: int = 8, ep: int = 1, etp: int | None = None) -> list[dict[str, Any]]:
+    """The seed's static-memory table for a model: per ZeRO stage (over `shard` data-parallel ranks)
+    and per TP x PP split; an MoE model's routed experts split by ep x etp (moe_static_memory)."""
     rows = []
     for tp, pp in splits:
         for z in range(4):
-            st = static_memory(model.num_params / (tp * pp), grad_dtype=grad_dtype, zero_stage=z, shard=shard if z else 1)
-            rows.append({"tp": tp, "pp": pp, "zero": z, "shard": shard if z else 1, "params_gb": st.params / 1e9,
+            st = moe_static_memory(model, tp=tp, pp=pp, dp=shard, ep=ep, etp=etp, grad_dtype=grad_dtype, zero_stage=z)
+            rows.append({"tp": tp, "pp": pp, "ep": ep, "zero": z, "shard": shard if z else 1, "params_gb": st.params / 1e9,
                          "grads_gb": st.grads / 1e9, "optimizer_gb": st.optimizer / 1e9, "total_gb": st.total / 1e9})
     return rows
 

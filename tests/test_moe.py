@@ -79,3 +79,25 @@ def test_moe_layouts_are_refused_not_approximated():
     out = io.StringIO()
     assert main(["ledger", "deepseek-v3"], stdout=out, stderr=io.StringIO()) == 0
     assert "671.03B parameters (37.55B active" in out.getvalue()
+
+
+def test_expert_sharding_in_the_static_ledger():
+    # Mixtral on 8 GPUs, tp 1, dp 8, ep 8 (etp 1), ZeRO-1, bf16 grads. Routed experts: 32 layers x 8 x
+    # 3 x 4096 x 14336 = 45,097,156,608 (the rest, 1,605,636,096, is dense). Each GPU holds the dense part
+    # and one expert of each layer; dense Adam states over dp 8, expert states over the expert-data-
+    # parallel group tp x dp / (ep x etp) = 1.
+    from planner.memory import expert_params, moe_static_memory
+
+    m = planner.load_model("mixtral-8x7b")
+    experts, dense = 45_097_156_608, 46_702_792_704 - 45_097_156_608
+    assert expert_params(m) == experts and m.num_params - experts == dense
+    st = moe_static_memory(m, tp=1, pp=1, dp=8, ep=8, etp=1, grad_dtype="bf16", zero_stage=1)
+    assert st.params == pytest.approx(2 * (dense + experts / 8))
+    assert st.grads == pytest.approx(2 * (dense + experts / 8))
+    assert st.optimizer == pytest.approx(12 * dense / 8 + 12 * experts / 8)
+    with pytest.raises(planner.SpecError, match="ep"):
+        moe_static_memory(m, tp=1, pp=1, dp=8, ep=16, etp=1)  # 16 x 1 does not divide 1 x 8
+    with pytest.raises(planner.SpecError, match="num_experts"):
+        moe_static_memory(m, tp=3, pp=1, dp=2, ep=3, etp=1)
+    out = io.StringIO()
+    assert main(["ledger", "mixtral-8x7b", "--ep", "8", "--etp", "1", "--json"], stdout=out, stderr=io.StringIO()) == 0
