@@ -165,7 +165,15 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         fp8 = args.get("fp8_recipe", "delayed")
         if fp8 not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
             raise LogError(f"{where}: fp8_recipe = {fp8!r} is not one the planner prices")
+    states = "fp32"
+    if _arg(args, "use_precision_aware_optimizer", where, kind=bool, default=False):
+        dtypes = {args.get("exp_avg_dtype"), args.get("exp_avg_sq_dtype")}
+        if not dtypes <= {"torch.bfloat16", "bf16"}:
+            raise LogError(f"{where}: precision-aware optimizer with exp_avg dtypes {sorted(map(str, dtypes))}: "
+                           "only BF16 moments are priced")
+        states = "bf16"
     training = TrainingSpec(
+        optimizer_states=states,
         fp8=fp8,
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",

@@ -110,6 +110,8 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
                         "(torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
+    p.add_argument("--optimizer-states", choices=["fp32", "bf16"], default="fp32",
+                   help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
@@ -233,7 +235,7 @@ def _problem(a):
         raise _UsageError(f"--fp8: a choice of recipes is offered by 'plan' only; give one for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, token_budget=a.tokens, fp8=recipes[0],
-                            fp8_param_gather=a.fp8_param_gather)
+                            fp8_param_gather=a.fp8_param_gather, optimizer_states=a.optimizer_states)
     return model, cluster, training
 
 

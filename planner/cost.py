@@ -26,7 +26,7 @@ import numpy as np
 
 from planner._memo import memo
 from planner.comm import collective_time, p2p_time
-from planner.memory import param_gather_bytes, stage_layers, stage_params
+from planner.memory import adam_bytes, param_gather_bytes, stage_layers, stage_params
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 
@@ -53,9 +53,10 @@ __all__ = [
 ]
 
 FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
-ADAM_BYTES_TOUCHED = 32
-# ASSUMPTION: the Adam step reads and writes fp32 master, m and v (24 B), reads the grad (4 B) and
-# writes the bf16 weight (2 B), plus ~2 B of norm/clip passes: 32 bytes of HBM traffic per local param.
+ADAM_OTHER_BYTES = 8
+# ASSUMPTION: besides reading and writing its states (2 x adam_bytes: 24 B with fp32 states), the
+# Adam step reads the grad (4 B) and writes the bf16 weight (2 B), plus ~2 B of norm/clip passes:
+# 32 bytes of HBM traffic per local param with fp32 states, 20 with BF16 states.
 
 
 def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
@@ -491,7 +492,8 @@ def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: Train
     if layout.zero_stage >= 1:
         psi /= layout.dp * layout.cp
     gpu = cluster.gpu
-    return psi * ADAM_BYTES_TOUCHED / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
+    touched = 2 * adam_bytes(training) + ADAM_OTHER_BYTES
+    return psi * touched / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.errors import PlannerError
-from planner.memory import activation_bytes_per_layer, static_memory
+from planner.memory import activation_bytes_per_layer, adam_bytes, static_memory
 from planner.search import plan
 from planner.space import check_precision
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
@@ -54,8 +54,8 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     """explain(), and the status of the plan it explains (one of planner.search.STATUSES)."""
     lines = []
     psi = model.num_params
-    per_param = 16 if training.grad_dtype == "bf16" else 18
-    st = static_memory(psi, grad_dtype=training.grad_dtype).total
+    st = static_memory(psi, grad_dtype=training.grad_dtype, optimizer_bytes=adam_bytes(training)).total
+    per_param = f"{st / psi:g}"
     usable = cluster.usable_memory
     need = "must be sharded (ZeRO) or split (TP/PP)" if st > usable else "fits on one GPU unsharded"
     lines.append(f"Static memory: {psi / 1e9:.1f}B parameters x {per_param} bytes = {st / GB:,.0f} GB against "

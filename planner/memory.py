@@ -57,8 +57,18 @@ class StaticMemory:
         return self.params + self.grads + self.optimizer
 
 
+def adam_bytes(training: TrainingSpec) -> float:
+    """Bytes of Adam state per parameter: 12 (fp32 master, m, v), or with BF16 states (TrainingSpec.
+    optimizer_states) 2 + 2 for m and v plus the master: its 16-bit remainder (2) where Transformer
+    Engine keeps it, whole (4) under an FP8 recipe other than delayed."""
+    if training.optimizer_states == "fp32":
+        return ADAM_BYTES
+    return 4 + (2 if training.fp8 in (None, "delayed") else 4)
+
+
 def static_memory(
-    num_params: float, *, grad_dtype: str = "bf16", zero_stage: int = 0, shard: int = 1
+    num_params: float, *, grad_dtype: str = "bf16", zero_stage: int = 0, shard: int = 1,
+    optimizer_bytes: float = ADAM_BYTES,
 ) -> StaticMemory:
     """Bytes of weights, gradients and Adam states for `num_params` parameters.
 
@@ -69,6 +79,7 @@ def static_memory(
 
     Args:
         num_params: parameters held (the whole model, or one GPU's TP/PP slice).
+        optimizer_bytes: Adam state per parameter (adam_bytes; 12 by default).
         grad_dtype: 'bf16' (2 bytes) or 'fp32' (4 bytes).
         zero_stage: 0-3.
         shard: ranks the ZeRO states are split over (dp, or dp*cp for Megatron).
@@ -86,7 +97,7 @@ def static_memory(
     return StaticMemory(
         params=num_params * PARAM_BYTES / (shard if zero_stage >= 3 else 1),
         grads=num_params * grad_bytes / (shard if zero_stage >= 2 else 1),
-        optimizer=num_params * ADAM_BYTES / (shard if zero_stage >= 1 else 1),
+        optimizer=num_params * optimizer_bytes / (shard if zero_stage >= 1 else 1),
     )
 
 
@@ -437,11 +448,13 @@ def stage_static_items(
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
     shard = layout.dp * layout.cp  # Megatron shards ZeRO states over dp x cp (CP ranks hold equal weights)
     st = static_memory(stage_params(model, layout, stage, layers), grad_dtype=training.grad_dtype,
+                       optimizer_bytes=adam_bytes(training),
                        zero_stage=layout.zero_stage, shard=shard)
     items = [
         MemoryItem("weights", st.params, "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
-        MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param"),
+        MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
+                   else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
     if layout.zero_stage == 3:
         gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / layout.tp * PARAM_BYTES

@@ -21,7 +21,7 @@ from ortools.sat.python import cp_model
 from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, build_rows, solver
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.memory import static_memory
+from planner.memory import adam_bytes, static_memory
 from planner.space import Space, build_space
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
@@ -487,7 +487,8 @@ def _structural(model, cluster, training, best: Plan, framework, cons, deadline:
 
 def _explain(best: Plan, plans: list[Plan], status: str) -> tuple[str, ...]:
     m, c, lay = best.model, best.cluster, best.layout
-    static16 = static_memory(m.num_params, grad_dtype=best.training.grad_dtype).total
+    static16 = static_memory(m.num_params, grad_dtype=best.training.grad_dtype,
+                             optimizer_bytes=adam_bytes(best.training)).total
     lines = [
         f"static memory {static16 / 1e9:.0f} GB ({static16 / m.num_params:.0f} B/param) vs {c.gpu.memory / 1e9:.0f} GB "
         f"per GPU: {'sharding or model parallelism needed' if static16 > c.usable_memory else 'fits unsharded'}",

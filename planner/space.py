@@ -429,6 +429,9 @@ def build_space(
     constraints = validate_constraints(dict(constraints or {}))
     check_priced(model)
     check_precision(cluster, training)
+    if training.optimizer_states != "fp32" and framework in ("deepspeed", "torchtitan"):
+        raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
+                           f"framework '{framework}' would not run them (use framework='megatron' or 'any')")
     if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
                            f"framework '{framework}' would drop it (use framework='megatron' or 'any')")

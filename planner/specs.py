@@ -548,6 +548,14 @@ class TrainingSpec(_Spec):
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8) or torchao's rowwise (torchtitan's float8 default);
     None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
+    optimizer_states: Literal["fp32", "bf16"] = "fp32"
+    """Adam's states: 'fp32' (master weights, m, v: 12 B/param) or 'bf16': Megatron's precision-aware
+    optimizer with BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16), 2 + 2 B, and FP32 master weights that Transformer Engine's FusedAdam
+    stores as the 16 bits the BF16 weight lacks (store_param_remainders, 2 B) unless an FP8 recipe
+    other than delayed makes Megatron keep them whole (4 B) [Megatron-LM@d98e8a6
+    megatron/core/optimizer/__init__.py: use_precision_aware_optimizer; optimizer_config.py:
+    store_param_remainders, use_precision_aware_optimizer_no_fp8_or_ds_fp8]."""
     fp8_param_gather: Bool = False
     """Megatron's --fp8-param-gather: the linear weights are kept as FP8 tensors (no BF16 copy beside
     the FP8 ones) and the distributed optimizer all-gathers them in FP8. Needs a Transformer Engine

@@ -310,6 +310,11 @@ def test_megatron_arguments_carry_the_fp8_recipe():
     training, _ = megatron_setup(args, planner.load_model(MODEL), m.source)
     assert training.fp8 == "tensorwise"
     assert megatron_setup(m.args, planner.load_model(MODEL), m.source)[0].fp8 is None
+    states = dict(m.args, use_precision_aware_optimizer="True", exp_avg_dtype="torch.bfloat16",
+                  exp_avg_sq_dtype="torch.bfloat16")
+    assert megatron_setup(states, planner.load_model(MODEL), m.source)[0].optimizer_states == "bf16"
+    with pytest.raises(LogError, match="only BF16 moments"):
+        megatron_setup(dict(states, exp_avg_sq_dtype="torch.uint8"), planner.load_model(MODEL), m.source)
 
 
 def test_deepspeed_configuration_sets_batch_micro_batch_zero_and_dp(tmp_path):

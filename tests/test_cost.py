@@ -510,3 +510,30 @@ def test_update_waits_for_the_rank_with_the_most_parameters():
     assert p.time.update.stage == 3
     assert p.time.optimizer == pytest.approx(expect, rel=2e-3)
     assert p.time.dp_exposed == 0.0
+
+
+def test_bf16_adam_states_of_the_precision_aware_optimizer():
+    # Megatron's precision-aware optimizer with BF16 moments: m and v at 2 B each and the master weight
+    # as its 16-bit remainder (TE FusedAdam store_param_remainders) = 6 B/param instead of 12; with an FP8
+    # recipe other than delayed Megatron keeps the master whole: 8 B. The step touches 2 x states + 8 B.
+    from planner.cost import stage_optimizer_time
+    from planner.memory import adam_bytes, stage_params
+
+    t = TrainingSpec(global_batch_size=1024, seq_length=8192)
+    assert adam_bytes(t) == 12
+    assert adam_bytes(t.model_copy(update={"optimizer_states": "bf16"})) == 6
+    assert adam_bytes(t.model_copy(update={"optimizer_states": "bf16", "fp8": "tensorwise"})) == 8
+    assert adam_bytes(t.model_copy(update={"optimizer_states": "bf16", "fp8": "delayed"})) == 6
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    lay = Layout(tp=4, pp=4, dp=4, zero_stage=1, sequence_parallel=True)
+    bf16 = t.model_copy(update={"optimizer_states": "bf16"})
+    psi = stage_params(m, lay, 1, 20) / 4  # ZeRO-1 over dp 4
+    hbm = 3350e9 * 0.89
+    assert stage_optimizer_time(m, c, t, lay, 1, 20) == pytest.approx(psi * 32 / hbm)
+    assert stage_optimizer_time(m, c, bf16, lay, 1, 20) == pytest.approx(psi * 20 / hbm)
+    a, b = planner.evaluate(m, c, t, lay), planner.evaluate(m, c, bf16, lay)
+    assert a.memory.stages[1].get("optimizer") - b.memory.stages[1].get("optimizer") == pytest.approx(6 * psi)
+    args = b.to_megatron().args
+    assert args[args.index("--exp-avg-dtype") + 1] == "bf16" and "--use-precision-aware-optimizer" in args
+    with pytest.raises(planner.PlannerError, match="precision-aware"):
+        b.to_deepspeed()

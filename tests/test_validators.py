@@ -257,3 +257,15 @@ def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
                     top_k=1, structural=False, time_limit_s=60, zero_stage=1).best
     r = check_megatron([megatron_payload(gathered.to_megatron().args, gathered.num_gpus, gathered.to_megatron().env, 9)])[0]
     assert r.ok and r.details["fp8_param"] is True
+
+
+def test_megatron_accepts_bf16_adam_states(megatron_path):
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                         TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_states="bf16"),
+                         planner.Layout(tp=2, dp=4, zero_stage=1, sequence_parallel=True))
+    r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert r.details["precision_aware_optimizer"] and r.details["exp_avg_dtype"] == "torch.bfloat16"

@@ -105,7 +105,10 @@ def _validate(p: dict) -> dict:
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
-               "fp8_param": bool(getattr(cfg, "fp8_param", False))}
+               "fp8_param": bool(getattr(cfg, "fp8_param", False)),
+               # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
+               "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),
+               "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype)}
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 

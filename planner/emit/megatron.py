@@ -111,6 +111,8 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
         if t.fp8_param_gather:  # FP8 weights, all-gathered in FP8 (priced in planner.cost / memory)
             a += ["--fp8-param-gather"]
+    if t.optimizer_states == "bf16":  # BF16 moments (and master remainders): planner.memory.adam_bytes
+        a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
     # grads with --bf16 unless told otherwise, and 2-byte grads with --fp16 unless told otherwise
     # [megatron-core 0.19.2 training/arguments.py: validate_args, bf16 block]

@@ -20,6 +20,9 @@ TORCHTITAN_VERSION = "torchtitan 0.3.0"
 
 def _check(plan: Plan) -> None:
     lay = plan.layout
+    if plan.training.optimizer_states != "fp32":
+        raise PlannerError(f"torchtitan: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
+                           "plan prices memory this config would not save (emit for Megatron)")
     if plan.training.fp8 is not None:
         raise PlannerError(f"torchtitan: FP8 ('{plan.training.fp8}') launch configs are not emitted yet; the plan prices FP8 "
                            "GEMMs this config would not turn on (emit for Megatron, or plan without fp8)")
