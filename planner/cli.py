@@ -110,8 +110,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
                         "(torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
-    p.add_argument("--optimizer-states", choices=["fp32", "bf16"], default="fp32",
-                   help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param)")
+    p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
+                   help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "
+                        "fp32,bf16 offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
@@ -226,16 +227,26 @@ def _fp8_list(a) -> list[str | None]:
     return [None if w == "none" else w for w in dict.fromkeys(words)]
 
 
+def _states_list(a) -> list[str]:
+    words = [w.strip() for w in str(a.optimizer_states).split(",") if w.strip()]
+    bad = [w for w in words if w not in ("fp32", "bf16")]
+    if bad or not words:
+        raise _UsageError(f"--optimizer-states: unknown value {bad[0] if bad else a.optimizer_states!r} (fp32, bf16, "
+                          "or a comma list of them)")
+    return list(dict.fromkeys(words))
+
+
 def _problem(a):
     model = load_model(a.model)
     overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
     cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
-    recipes = _fp8_list(a)
-    if len(recipes) > 1 and a.command != "plan":
-        raise _UsageError(f"--fp8: a choice of recipes is offered by 'plan' only; give one for '{a.command}'")
+    recipes, states = _fp8_list(a), _states_list(a)
+    for flag, vals in (("--fp8", recipes), ("--optimizer-states", states)):
+        if len(vals) > 1 and a.command != "plan":
+            raise _UsageError(f"{flag}: a choice is offered by 'plan' only; give one value for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, token_budget=a.tokens, fp8=recipes[0],
-                            fp8_param_gather=a.fp8_param_gather, optimizer_states=a.optimizer_states)
+                            fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0])
     return model, cluster, training
 
 
@@ -281,14 +292,17 @@ def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     _emit_folder(a)
     choice = ""
-    recipes = _fp8_list(a)
-    if len(recipes) > 1:  # a precision choice: one proven search per recipe, the fastest wins
-        from planner.search import plan_precisions
+    options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a)}
+    options = {k: v for k, v in options.items() if len(v) > 1}
+    if options:  # a workload choice: one proven search per combination, the fastest wins
+        from planner.search import plan_choices
 
-        r, results = plan_precisions(model, cluster, training, recipes, top_k=a.top_k, time_limit_s=a.time_limit,
-                                     framework=a.framework, **_constraints(a))
-        choice = "; ".join(f"{k or 'bf16'}: " + (f"{v.best.step_time_s:.3f} s ({v.status})" if v.best else v.status)
-                           for k, v in results.items())
+        r, results = plan_choices(model, cluster, training, options, top_k=a.top_k, time_limit_s=a.time_limit,
+                                  framework=a.framework, **_constraints(a))
+        names = list(options)
+        choice = "; ".join("/".join(f"{n}={v or 'none'}" for n, v in zip(names, k)) + ": "
+                           + (f"{res.best.step_time_s:.3f} s ({res.status})" if res.best else res.status)
+                           for k, res in results.items())
     else:
         r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
                  **_constraints(a))
@@ -306,7 +320,9 @@ def _cmd_plan(a, out: Console) -> int:
         return EXIT_UNKNOWN
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
     if choice:
-        out.print(f"precision: {_u(choice)}; chosen: {_u(r.best.training.fp8 or 'bf16')}", markup=False)
+        t_ = r.best.training
+        out.print(f"choice: {_u(choice)}; chosen: fp8={_u(t_.fp8 or 'none')} optimizer_states={t_.optimizer_states}",
+                  markup=False)
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")

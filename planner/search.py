@@ -11,6 +11,7 @@ best split. Every returned plan is re-evaluated and must reproduce the solver's 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -378,24 +379,28 @@ def plan(
                       _explain(best, plans, status), None, stats)
 
 
-def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recipes, *,
-                    time_limit_s: float = 10.0, top_k: int = 5, **kw: Any) -> tuple[PlanResult, dict]:
-    """plan() with the FP8 recipe as a choice: one search per recipe in `recipes` (None = no FP8),
-    sharing the time limit; returns (the merged result, {recipe: its own result}).
+def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, choices: dict[str, list], *,
+                 time_limit_s: float = 10.0, top_k: int = 5, **kw: Any) -> tuple[PlanResult, dict]:
+    """plan() over workload choices: one search per combination of the TrainingSpec fields in
+    `choices` (e.g. {"fp8": [None, "delayed"], "optimizer_states": ["fp32", "bf16"]}), sharing the
+    time limit; returns (the merged result, {combination: its own result}), a combination being a
+    tuple of the values in the order of `choices`.
 
-    The merged ranking takes every recipe's layouts by step time. Its status is 'optimal' only when
-    every recipe's search is proven (optimal or infeasible); 'unknown' when any ran out of time;
-    else 'feasible' with the gap to the smallest proven lower bound over the recipes.
+    The merged ranking takes every combination's layouts by step time. Its status is 'optimal' only
+    when every search is proven (optimal or infeasible); 'unknown' when any ran out of time; else
+    'feasible' with the gap to the smallest proven lower bound (merged_status).
     """
-    recipes = list(dict.fromkeys(recipes))
-    if not recipes:
-        raise PlannerError("recipes: give at least one FP8 recipe (None for none)")
+    names = list(choices)
+    values = [list(dict.fromkeys(choices[n])) for n in names]
+    if not names or any(not v for v in values):
+        raise PlannerError("choices: give at least one value for each field")
+    combos = list(itertools.product(*values))
     start, results = time.perf_counter(), {}
-    for i, rec in enumerate(recipes):
+    for i, combo in enumerate(combos):
         left = time_limit_s - (time.perf_counter() - start)
-        share = max(left / (len(recipes) - i), 1e-3)
-        results[rec] = plan(model, cluster, training.model_copy(update={"fp8": rec}), top_k=top_k,
-                            time_limit_s=share, **kw)
+        share = max(left / (len(combos) - i), 1e-3)
+        results[combo] = plan(model, cluster, training.model_copy(update=dict(zip(names, combo))), top_k=top_k,
+                              time_limit_s=share, **kw)
     found = [r for r in results.values() if r.best is not None]
     if not found:
         first = next(iter(results.values()))
@@ -406,11 +411,21 @@ def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     ranked = sorted((p for r in found for p in (r.best, *r.alternatives)),
                     key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
-    line = "precision choice: " + ", ".join(f"{k or 'bf16'} {r.best.step_time_s:.3f} s" if r.best else f"{k or 'bf16'} {r.status}"
-                                            for k, r in results.items())
+    line = "workload choice: " + ", ".join(
+        f"{_combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items())
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line)), results
+
+
+def _combo_label(names: list[str], combo: tuple) -> str:
+    return "/".join(f"{n}={'none' if v is None else v}" for n, v in zip(names, combo))
+
+
+def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recipes, **kw: Any):
+    """plan_choices over the FP8 recipe alone (None = no FP8); results keyed by recipe."""
+    merged, results = plan_choices(model, cluster, training, {"fp8": list(recipes)}, **kw)
+    return merged, {k[0]: v for k, v in results.items()}
 
 
 def merged_status(results: list, best_us: int) -> tuple[str, float | None]:

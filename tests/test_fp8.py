@@ -113,7 +113,13 @@ def test_cli_offers_the_choice_and_explain_prices_fp8():
     out = io.StringIO()
     assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
                  "--fp8", "none,delayed", "--top-k", "2"], stdout=out, stderr=io.StringIO()) == 0
-    assert "precision: bf16:" in out.getvalue() and "chosen: delayed" in out.getvalue()
+    assert "choice: fp8=none:" in out.getvalue() and "chosen: fp8=delayed optimizer_states=fp32" in out.getvalue()
+    out = io.StringIO()  # two choices at once: every combination searched and proven
+    assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
+                 "--fp8", "none,delayed", "--optimizer-states", "fp32,bf16", "--top-k", "2"],
+                stdout=out, stderr=io.StringIO()) == 0
+    text = out.getvalue()
+    assert text.count("(optimal)") == 4 and "fp8=delayed/optimizer_states=bf16" in text
     err = io.StringIO()
     assert main(["plan", "llama3-8b", "dgx-h100", "--fp8", "fp4"], stdout=io.StringIO(), stderr=err) == 2
     assert "--fp8: unknown recipe 'fp4'" in err.getvalue()
