@@ -295,7 +295,7 @@ def _cmd_plan(a, out: Console) -> int:
     options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a)}
     options = {k: v for k, v in options.items() if len(v) > 1}
     if options:  # a workload choice: one proven search per combination, the fastest wins
-        from planner.search import plan_choices
+        from planner.choices import plan_choices
 
         r, results = plan_choices(model, cluster, training, options, top_k=a.top_k, time_limit_s=a.time_limit,
                                   framework=a.framework, **_constraints(a))

@@ -11,7 +11,8 @@ import planner
 from planner.cli import main
 from planner.cost import _gemm_time, fp8_cast_elements
 from planner.errors import PlannerError
-from planner.search import plan, plan_precisions
+from planner.choices import plan_precisions
+from planner.search import plan
 from planner.specs import Layout, TrainingSpec
 
 TRAIN = dict(global_batch_size=64, seq_length=4096)
@@ -168,7 +169,7 @@ def test_fp8_param_gather_halves_the_linear_weights_gathered_and_drops_the_copie
 def test_merged_status_is_only_as_proven_as_its_weakest_search():
     from types import SimpleNamespace as NS
 
-    from planner.search import merged_status
+    from planner.choices import merged_status
 
     def res(status, us=None, gap=None):
         best = None if us is None else NS(time=NS(objective_us=us))

@@ -1,0 +1,77 @@
+"""Workload choices: plan() over several TrainingSpec variants (FP8 recipe, Adam state dtype), one
+proven search per combination, merged into one ranking whose status is only as proven as its
+weakest search."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.search import PlanResult, plan
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+__all__ = ["plan_choices", "plan_precisions", "merged_status"]
+
+
+def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, choices: dict[str, list], *,
+                 time_limit_s: float = 10.0, top_k: int = 5, **kw: Any) -> tuple[PlanResult, dict]:
+    """plan() over workload choices: one search per combination of the TrainingSpec fields in
+    `choices` (e.g. {"fp8": [None, "delayed"], "optimizer_states": ["fp32", "bf16"]}), sharing the
+    time limit; returns (the merged result, {combination: its own result}), a combination being a
+    tuple of the values in the order of `choices`.
+
+    The merged ranking takes every combination's layouts by step time. Its status is 'optimal' only
+    when every search is proven (optimal or infeasible); 'unknown' when any ran out of time; else
+    'feasible' with the gap to the smallest proven lower bound (merged_status).
+    """
+    names = list(choices)
+    values = [list(dict.fromkeys(choices[n])) for n in names]
+    if not names or any(not v for v in values):
+        raise PlannerError("choices: give at least one value for each field")
+    combos = list(itertools.product(*values))
+    start, results = time.perf_counter(), {}
+    for i, combo in enumerate(combos):
+        left = time_limit_s - (time.perf_counter() - start)
+        share = max(left / (len(combos) - i), 1e-3)
+        results[combo] = plan(model, cluster, training.model_copy(update=dict(zip(names, combo))), top_k=top_k,
+                              time_limit_s=share, **kw)
+    found = [r for r in results.values() if r.best is not None]
+    if not found:
+        first = next(iter(results.values()))
+        status = "infeasible" if all(r.status == "infeasible" for r in results.values()) else "unknown"
+        return replace(first, status=status, solve_time_s=time.perf_counter() - start,
+                       space_size=sum(r.space_size for r in results.values())), results
+    chosen = min(found, key=lambda r: (r.best.time.objective_us, r.best.peak_memory_bytes))
+    ranked = sorted((p for r in found for p in (r.best, *r.alternatives)),
+                    key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
+    status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
+    line = "workload choice: " + ", ".join(
+        f"{_combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items())
+    return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
+                   solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
+                   explanation=(*chosen.explanation, line)), results
+
+
+def _combo_label(names: list[str], combo: tuple) -> str:
+    return "/".join(f"{n}={'none' if v is None else v}" for n, v in zip(names, combo))
+
+
+def plan_precisions(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recipes, **kw: Any):
+    """plan_choices over the FP8 recipe alone (None = no FP8); results keyed by recipe."""
+    merged, results = plan_choices(model, cluster, training, {"fp8": list(recipes)}, **kw)
+    return merged, {k[0]: v for k, v in results.items()}
+
+
+def merged_status(results: list, best_us: int) -> tuple[str, float | None]:
+    """(status, gap) of the union of several searches whose best is `best_us`: 'optimal' when each
+    is proven (optimal or infeasible); 'unknown' when any ran out of time without a bound; else
+    'feasible' with the gap to the smallest proven lower bound (a result's best x (1 - its gap))."""
+    if any(r.status == "unknown" for r in results):
+        return "unknown", None
+    if all(r.status in ("optimal", "infeasible") for r in results):
+        return "optimal", 0.0
+    lower = min(r.best.time.objective_us * (1 - (r.gap or 0.0)) for r in results if r.best is not None)
+    return "feasible", max(0.0, (best_us - lower) / best_us) if best_us else 0.0
