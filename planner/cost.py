@@ -26,7 +26,7 @@ import numpy as np
 
 from planner._memo import memo
 from planner.comm import collective_time, p2p_time
-from planner.memory import adam_bytes, param_gather_bytes, stage_layers, stage_params
+from planner.memory import TE_FP8_RECIPES, adam_bytes, linear_params_per_layer, param_gather_bytes, stage_layers, stage_params
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 
@@ -122,6 +122,12 @@ forward and backward from the high-precision source [NVIDIA/TransformerEngine@d0
 transformer_engine/common/recipe/__init__.py; shared/reference/framework-mechanisms.md §4]."""
 
 
+TORCHAO_WEIGHT_CAST_BYTES = 3
+"""torchao's Float8Linear keeps no FP8 weight cache (Transformer Engine's is_first_microbatch has
+no counterpart): each forward casts the BF16 weight (read 2 B, write 1 B) and each backward casts it
+again along the other axis for dgrad [torchao float8/float8_linear.py: matmul_with_hp_or_float8_args]."""
+
+
 def fp8_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
     """Elements per token one GPU quantises for the FP8 linear layers of one layer: (forward, backward).
 
@@ -181,6 +187,9 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         cf, cb = fp8_cast_elements(model, tp)
         cast_fwd = FP8_CAST_BYTES * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         cast_bwd = FP8_CAST_BYTES * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        if training.fp8 not in TE_FP8_RECIPES:  # torchao: the weights are cast in every forward and backward
+            w = TORCHAO_WEIGHT_CAST_BYTES * linear_params_per_layer(model) / tp / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+            cast_fwd, cast_bwd = cast_fwd + w, cast_bwd + w
     fwd = gemm + attn + elem_t + cast_fwd
     bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an

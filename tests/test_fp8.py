@@ -196,3 +196,15 @@ def test_fp8_layer_time_is_fp8_gemms_plus_the_casts():
     fwd_el, bwd_el = 4096 + 2048 + 4096 + 7168, (4096 + 2048) / 2 + 4096 + 14336 + 4096
     assert b.fwd - a.fwd == pytest.approx(gemm + 4 * tokens * fwd_el / hbm, rel=1e-6)
     assert b.bwd - a.bwd == pytest.approx(2 * gemm + 4 * tokens * bwd_el / hbm, rel=1e-6)
+
+
+def test_torchao_casts_the_weights_in_every_micro_batch():
+    # no FP8 weight cache in torchao: 3 B (read BF16, write FP8) per linear weight in forward and again
+    # in backward; Llama-3-8B's 218,103,808 linear weights per layer over tp 2, at 3350 GB/s x 0.89
+    from planner.cost import _layer_time_of
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    te = _layer_time_of(m, c, TrainingSpec(**TRAIN, fp8="delayed"), 2, 1, 1, True)
+    ao = _layer_time_of(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), 2, 1, 1, True)
+    w = 3 * 218_103_808 / 2 / (3350e9 * 0.89)
+    assert ao.fwd - te.fwd == pytest.approx(w, rel=1e-6) and ao.bwd - te.bwd == pytest.approx(w, rel=1e-6)
