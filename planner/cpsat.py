@@ -461,12 +461,44 @@ def _update_ranks(row: StaticRow, p: int) -> list[int]:
 
 
 def _pipe_lower(L: int, row: PipeRow) -> int:
-    """A lower bound on the pipeline term over every split: sum T_r >= per_layer L + the fixed
-    terms, and T_max >= their mean."""
-    p = len(row.time)
-    total = sum(c.per_layer for c in row.time) * L / p + sum(c.fixed for c in row.time)
-    mean = total / p
-    return int((row.v * row.m - 1) * mean / row.v + total / row.v)
+    """A lower bound on the pipeline term over every split, v PIPE >= (v m - 1) T_max + sum T_r:
+
+    each rank r with n_r layers costs at least a_r n_r + b_r (a_r: per layer, plus the recompute
+    term when every layer recomputes; b_r: the fixed terms, plus R recomputed layers under a
+    partial recompute; the p2p term only adds). sum T_r >= the least sum over integer splits with
+    n_r >= min_layers (the cheapest slope takes the spare layers), and T_max >= the least
+    achievable maximum (water-filling: the smallest T with sum_r floor((T - b_r) / a_r) >= L).
+    Each is a bound on its own term for every split, so the combination bounds the objective."""
+    p, lo = len(row.time), row.min_layers
+    if lo * p > L:
+        return TIME_CAP_US + 1  # no split: every rank needs min_layers
+    every = row.recompute == "all"
+    a = [c.per_layer + (c.per_recomputed if every else 0) for c in row.time]
+    b = [c.fixed + (c.per_recomputed * lo if row.recompute == "fixed" else 0) for c in row.time]
+    total = sum(a_r * lo + b_r for a_r, b_r in zip(a, b)) + min(a) * (L - lo * p)
+    hi_n = L - lo * (p - 1)
+
+    kinds: dict[tuple[int, int], int] = {}  # ranks share coefficients by position: few distinct (a, b)
+    for ab in zip(a, b):
+        kinds[ab] = kinds.get(ab, 0) + 1
+
+    def fits(t: int) -> bool:  # can every rank stay within t while the counts add up to L?
+        room = 0
+        for (a_r, b_r), count in kinds.items():
+            n = min(hi_n, (t - b_r) // a_r) if a_r > 0 else hi_n
+            if n < lo:
+                return False
+            room += count * n
+        return room >= L
+
+    t_lo, t_hi = max(a_r * lo + b_r for a_r, b_r in kinds), max(a_r * hi_n + b_r for a_r, b_r in kinds)
+    while t_lo < t_hi:
+        mid = (t_lo + t_hi) // 2
+        if fits(mid):
+            t_hi = mid
+        else:
+            t_lo = mid + 1
+    return ((row.v * row.m - 1) * t_lo + total) // row.v
 
 
 def solver(time_limit_s: float, *, workers: int = NUM_WORKERS) -> cp_model.CpSolver:

@@ -320,3 +320,22 @@ def test_a_solution_with_slack_is_priced_by_evaluate_and_an_underpriced_one_is_a
         checked_plan(p, us + 1000, exact=True)  # a proven optimum carries no slack
     with pytest.raises(PlannerError, match="re-evaluates"):
         checked_plan(p, us - 1, exact=False)
+
+
+def test_pipeline_lower_bound_water_fills_the_slowest_rank():
+    # three ranks at 10 us per layer with fixed 5, 0 and 20 us, 7 layers, 4 micro-batches, no interleaving.
+    # The least maximum: T = 35 (3, 3 and 1 layers: 35, 30, 30); the least sum: 95; the bound
+    # (m - 1) T_max + sum = 3 x 35 + 95 = 200 is met by that split, so it is also the optimum.
+    from itertools import product
+
+    from planner.cost import StageCoefficients
+    from planner.cpsat import PipeRow, _pipe_lower
+
+    times = tuple(StageCoefficients(10, 4, fixed, 0, 0) for fixed in (5, 0, 20))
+    row = PipeRow(0, 0, 4, 1, 1, "none", times, 0)
+    assert _pipe_lower(7, row) == 200
+    best = min(3 * max(10 * n + f for n, f in zip(s, (5, 0, 20))) + sum(10 * n + f for n, f in zip(s, (5, 0, 20)))
+               for s in product(range(1, 6), repeat=3) if sum(s) == 7)
+    assert best == 200
+    # with every layer recomputed the recompute term (4 us per layer) joins the slope: T_max 47 (3 x 14 + 5), sum 123
+    assert _pipe_lower(7, PipeRow(0, 0, 4, 1, 1, "all", times, 0)) == 3 * 47 + 123
