@@ -9,7 +9,7 @@ from pathlib import Path
 
 from planner.outputs import write_folder
 
-__all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value"]
+__all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value", "refuse_megatron_only"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,20 @@ LAUNCH_FILE_NAMES = {
     "torchtitan": ("job.toml", "train.sh"),
 }
 """The files each emitter writes (checked against the output folder before any work)."""
+
+
+def refuse_megatron_only(plan, target: str) -> None:
+    """Refuse a plan whose workload prices what only the Megatron emitter turns on (FP8 linears, BF16
+    Adam states): another target's config would drop it while the plan counts on it."""
+    from planner.errors import PlannerError
+
+    t = plan.training
+    if t.optimizer_states != "fp32":
+        raise PlannerError(f"{target}: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
+                           "plan prices memory this config would not save (emit for Megatron)")
+    if t.fp8 is not None:
+        raise PlannerError(f"{target}: FP8 ('{t.fp8}') launch configs are not emitted yet; the plan prices FP8 GEMMs "
+                           "this config would not turn on (emit for Megatron, or plan without fp8)")
 
 
 def dump_json(data) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, dump_json, script_word
+from planner.emit import LaunchFiles, dump_json, refuse_megatron_only, script_word
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Family, Recompute, num_microbatches
@@ -21,12 +21,7 @@ DEEPSPEED_VERSION = "deepspeed 0.19.8"
 
 def _check(plan: Plan) -> None:
     lay = plan.layout
-    if plan.training.optimizer_states != "fp32":
-        raise PlannerError(f"DeepSpeed: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
-                           "plan prices memory this config would not save (emit for Megatron)")
-    if plan.training.fp8 is not None:
-        raise PlannerError(f"DeepSpeed: FP8 ('{plan.training.fp8}') launch configs are not emitted yet; the plan prices FP8 "
-                           "GEMMs this config would not turn on (emit for Megatron, or plan without fp8)")
+    refuse_megatron_only(plan, "DeepSpeed")
     if lay.rank_order != "tp-cp-dp-pp":
         raise PlannerError(f"DeepSpeed: rank order {lay.rank_order} is Megatron's --use-tp-pp-dp-mapping; not emitted here")
     if lay.cp > 1:

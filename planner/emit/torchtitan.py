@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, script_word, toml_value
+from planner.emit import LaunchFiles, refuse_megatron_only, script_word, toml_value
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Recompute
@@ -20,12 +20,7 @@ TORCHTITAN_VERSION = "torchtitan 0.3.0"
 
 def _check(plan: Plan) -> None:
     lay = plan.layout
-    if plan.training.optimizer_states != "fp32":
-        raise PlannerError(f"torchtitan: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
-                           "plan prices memory this config would not save (emit for Megatron)")
-    if plan.training.fp8 is not None:
-        raise PlannerError(f"torchtitan: FP8 ('{plan.training.fp8}') launch configs are not emitted yet; the plan prices FP8 "
-                           "GEMMs this config would not turn on (emit for Megatron, or plan without fp8)")
+    refuse_megatron_only(plan, "torchtitan")
     if lay.rank_order != "tp-cp-dp-pp":
         raise PlannerError(f"torchtitan: rank order {lay.rank_order} is Megatron's --use-tp-pp-dp-mapping; not emitted here")
     if lay.zero_stage in (1, 2):
