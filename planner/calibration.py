@@ -8,7 +8,7 @@ Parameters (each a factor on the catalog's value, with a log-normal prior centre
 - `tp_exposed`: calibration.tp_comm_exposed (capped at 1);
 - `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
 
-The fit is the maximum a posteriori estimate: Gauss-Newton on
+The fit is the maximum a posteriori estimate: Levenberg-Marquardt on
     Σ_runs ((ln predicted − ln measured) / MEASUREMENT_SIGMA)² + Σ_params (ln factor / prior sigma)²
 with step times from planner.evaluate (the same model plan() optimises), so a parameter the logs
 do not exercise (no inter-node traffic → scaleout) keeps its catalog value. The memory overhead
@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.logs import LogError, LogMeasurement
+from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan, evaluate
 from planner.specs import ClusterSpec, Layout, ModelSpec, PredictionError, Recompute, TrainingSpec
 from planner.uncertainty import prediction_error
@@ -128,7 +129,7 @@ def _arg(args: dict[str, str], name: str, where: str, kind=int, default=_REQUIRE
     try:
         return kind(text)
     except ValueError:
-        raise LogError(f"{where}: argument '{name}' = {text!r} is not a {kind.__name__}") from None
+        raise LogError(f"{where}: argument '{name}' = {text!r} is not a {kind.__name__.strip('_').replace('_', ' ')}") from None
 
 
 def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
@@ -163,7 +164,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     fp8 = None
     if args.get("fp8", "None") != "None":  # --fp8-format given: the recipe (Megatron's default: delayed)
         fp8 = args.get("fp8_recipe", "delayed")
-        if fp8 not in ("delayed", "tensorwise", "blockwise", "mxfp8"):
+        if fp8 not in TE_FP8_RECIPES:
             raise LogError(f"{where}: fp8_recipe = {fp8!r} is not one the planner prices")
     states = "fp32"
     if _arg(args, "use_precision_aware_optimizer", where, kind=bool, default=False):
@@ -194,6 +195,14 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     return training, layout
 
 
+def _whole_number(text: str) -> int:
+    """DeepSpeed prints some counts as floats ('512.0')."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
 def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layout,
                     where: str) -> tuple[TrainingSpec, Layout]:
     """`training` and `layout` with what DeepSpeed's printed configuration states: the global batch
@@ -205,7 +214,7 @@ def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layo
                               ("train_micro_batch_size_per_gpu", "micro_batch_size", l_up),
                               ("zero_optimization_stage", "zero_stage", l_up), ("world_size", "dp", l_up)):
         if key in config:
-            target[name] = _arg(config, key, where, kind=lambda v: int(float(v)))
+            target[name] = _arg(config, key, where, kind=_whole_number)
     return training.model_copy(update=t_up), layout.model_copy(update=l_up)
 
 

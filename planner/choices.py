@@ -13,7 +13,7 @@ from planner.errors import PlannerError
 from planner.search import PlanResult, plan
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
-__all__ = ["plan_choices", "plan_precisions", "merged_status"]
+__all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label"]
 
 
 def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, choices: dict[str, list], *,
@@ -49,13 +49,14 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                     key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "workload choice: " + ", ".join(
-        f"{_combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items())
+        f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items())
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line)), results
 
 
-def _combo_label(names: list[str], combo: tuple) -> str:
+def combo_label(names: list[str], combo: tuple) -> str:
+    """'fp8=delayed/optimizer_states=bf16' for one combination of plan_choices."""
     return "/".join(f"{n}={'none' if v is None else v}" for n, v in zip(names, combo))
 
 

@@ -215,25 +215,27 @@ def _constraints(a) -> dict[str, Any]:
 FP8_CHOICES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8", "rowwise")
 
 
+def _word_list(flag: str, text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """A comma list of allowed words (duplicates dropped, order kept); one value unless the command
+    offers a choice."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in allowed]
+    if bad or not words:
+        raise _UsageError(f"{flag}: unknown {what} {bad[0] if bad else text!r} (one of {', '.join(allowed)}, "
+                          "or a comma list of them)")
+    return list(dict.fromkeys(words))
+
+
 def _fp8_list(a) -> list[str | None]:
-    """--fp8 as a list of recipes (None = no FP8); one value unless the command offers a choice."""
+    """--fp8 as a list of recipes (None = no FP8)."""
     if a.fp8 is None:
         return [None]
-    words = [w.strip() for w in a.fp8.split(",") if w.strip()]
-    bad = [w for w in words if w not in FP8_CHOICES]
-    if bad or not words:
-        raise _UsageError(f"--fp8: unknown recipe {bad[0] if bad else a.fp8!r} (one of {', '.join(FP8_CHOICES)}, "
-                          "or a comma list of them)")
-    return [None if w == "none" else w for w in dict.fromkeys(words)]
+    return [None if w == "none" else w for w in _word_list("--fp8", a.fp8, FP8_CHOICES, "recipe")]
 
 
 def _states_list(a) -> list[str]:
-    words = [w.strip() for w in str(a.optimizer_states).split(",") if w.strip()]
-    bad = [w for w in words if w not in ("fp32", "bf16")]
-    if bad or not words:
-        raise _UsageError(f"--optimizer-states: unknown value {bad[0] if bad else a.optimizer_states!r} (fp32, bf16, "
-                          "or a comma list of them)")
-    return list(dict.fromkeys(words))
+    """--optimizer-states as a list of Adam state dtypes."""
+    return _word_list("--optimizer-states", a.optimizer_states, ("fp32", "bf16"), "value")
 
 
 def _problem(a):
@@ -295,12 +297,11 @@ def _cmd_plan(a, out: Console) -> int:
     options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a)}
     options = {k: v for k, v in options.items() if len(v) > 1}
     if options:  # a workload choice: one proven search per combination, the fastest wins
-        from planner.choices import plan_choices
+        from planner.choices import combo_label, plan_choices
 
         r, results = plan_choices(model, cluster, training, options, top_k=a.top_k, time_limit_s=a.time_limit,
                                   framework=a.framework, **_constraints(a))
-        names = list(options)
-        choice = "; ".join("/".join(f"{n}={v or 'none'}" for n, v in zip(names, k)) + ": "
+        choice = "; ".join(f"{combo_label(list(options), k)}: "
                            + (f"{res.best.step_time_s:.3f} s ({res.status})" if res.best else res.status)
                            for k, res in results.items())
     else:

@@ -469,9 +469,7 @@ def _pipe_lower(L: int, row: PipeRow) -> int:
     n_r >= min_layers (the cheapest slope takes the spare layers), and T_max >= the least
     achievable maximum (water-filling: the smallest T with sum_r floor((T - b_r) / a_r) >= L).
     Each is a bound on its own term for every split, so the combination bounds the objective."""
-    p, lo = len(row.time), row.min_layers
-    if lo * p > L:
-        return TIME_CAP_US + 1  # no split: every rank needs min_layers
+    p, lo = len(row.time), row.min_layers  # lo * p > L: no split at all (Rows.fits says so), any bound holds
     every = row.recompute == "all"
     a = [c.per_layer + (c.per_recomputed if every else 0) for c in row.time]
     b = [c.fixed + (c.per_recomputed * lo if row.recompute == "fixed" else 0) for c in row.time]

@@ -18,6 +18,7 @@ DAY = 86400.0
 
 def plan_row(p: Plan, best: Plan | None = None) -> dict[str, Any]:
     """One table row: layout, memory against capacity, step time, MFU, throughput, delta, time to train."""
+    i80 = p.step_time_interval(0.8)
     row = {
         "layout": p.layout.short(),
         "peak_gib": p.peak_memory_bytes / GiB,
@@ -28,7 +29,7 @@ def plan_row(p: Plan, best: Plan | None = None) -> dict[str, Any]:
         "mfu": p.mfu,
         "tokens_per_s": p.tokens_per_second,
         "delta": (p.step_time_s / best.step_time_s - 1) if best is not None else 0.0,
-        "step_s_80": (lambda i: (i.lo, i.hi))(p.step_time_interval(0.8)),
+        "step_s_80": (i80.lo, i80.hi),
         "oom_risk": p.oom_risk,
         "tied": best is not None and p is not best and p.tied_with(best),
     }

@@ -6,7 +6,8 @@ one integer per pipeline rank for its layers, so arbitrary layer splits are sear
 solver. The best time is found first; among layouts of that time, the lowest peak memory, then
 the earlier configuration in the space's order (smaller tp, then cp, pp, micro-batch, ...; see
 planner.space.build_space) is returned. Rankings list distinct configurations, each with its
-best split. Every returned plan is re-evaluated and must reproduce the solver's objective exactly.
+best split. Every returned plan is re-evaluated: a proven optimum must reproduce the solver's
+objective exactly, any other solution may only be cheaper (slack; see checked_plan).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import shlex
 
 from planner.emit import LaunchFiles, dump_json, script_word
 from planner.errors import PlannerError
+from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan
 from planner.specs import Family, Recompute
 
@@ -28,12 +29,6 @@ def pipeline_layout_string(split: tuple[int, ...]) -> str:
     stages[0] = "E" + stages[0]
     stages[-1] = stages[-1] + "L"  # the same stage when there is only one
     return "|".join(stages)
-
-
-MEGATRON_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
-"""--fp8-recipe choices that planner prices [Megatron-LM@d98e8a6 megatron/core/transformer/
-transformer_config.py: fp8_recipe; 'custom' is not priced]. --fp8-format hybrid: E4M3 forward,
-E5M2 gradients (TE's default format)."""
 
 
 def megatron_args(plan: Plan) -> list[str]:
@@ -105,9 +100,12 @@ def megatron_args(plan: Plan) -> list[str]:
                   "--recompute-num-layers", str(lay.recompute_num_layers)]
     a += ["--bf16" if t.precision == "bf16" else "--fp16"]
     if t.fp8 is not None:  # the linear layers of every transformer layer (TE modules); the LM head stays BF16
-        if t.fp8 not in MEGATRON_FP8_RECIPES:
+        # Megatron's --fp8-recipe choices are Transformer Engine's recipes [Megatron-LM@d98e8a6
+        # megatron/core/transformer/transformer_config.py: fp8_recipe; 'custom' is not priced];
+        # --fp8-format hybrid: E4M3 forward, E5M2 gradients (TE's default format)
+        if t.fp8 not in TE_FP8_RECIPES:
             raise PlannerError(f"Megatron: FP8 recipe '{t.fp8}' is torchao's (torchtitan); Megatron's --fp8-recipe "
-                               f"offers {', '.join(sorted(MEGATRON_FP8_RECIPES))}")
+                               f"offers {', '.join(sorted(TE_FP8_RECIPES))}")
         a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
         if t.fp8_param_gather:  # FP8 weights, all-gathered in FP8 (priced in planner.cost / memory)
             a += ["--fp8-param-gather"]
