@@ -1,6 +1,6 @@
 """Cost-model fidelity: predicted vs measured throughput (and peak memory) on published runs.
 
-    python benchmarks/fidelity.py [--rows] [--no-logo]
+    python benchmarks/fidelity.py [--rows] [--no-logo] [--moe]
 
 Prints one line per source group (median and max |error|), the overall figures, and with --rows
 every row. Rows whose layout the planner rejects are listed with the rule they break.
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from calibrate import fit, generation, prior_of  # noqa: E402
-from runs import load_runs  # noqa: E402
+from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
 from planner.plans import evaluate  # noqa: E402
@@ -91,7 +91,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-one-group-out refits")
+    ap.add_argument("--moe", action="store_true", help="only the MoE rows")
     args = ap.parse_args(argv)
+    if args.moe:
+        moe(args.rows)
+        return 0
     runs = load_runs()
     results = evaluate_runs(runs)
     if args.rows:
@@ -120,7 +124,34 @@ def main(argv=None) -> int:
     rejected = [r for r, p, _ in results if p is None]
     print(f"\nrows evaluated: {len(results) - len(rejected)}, rejected by the layout rules: {len(rejected)}")
     low_precision(args.rows)
+    moe(args.rows)
     return 0
+
+
+def moe(rows: bool = False) -> None:
+    """MoE rows (benchmarks/data/moe_runs.yaml): nothing is fitted on them, so every figure is out of
+    sample; the rows the planner cannot price are counted by reason."""
+    runs, skipped = load_moe_runs()
+    results = evaluate_runs(runs)
+    if rows:
+        for r, plan, err in results:
+            if plan is None:
+                print(f"{r.id:56s} REJECTED: {err}")
+            else:
+                pred = plan.tokens_per_second / plan.num_gpus
+                share = plan.time.breakdown()["ep_comm"] / plan.step_time_s
+                print(f"{r.id:56s} {str(r.training.fp8):10s} {r.layout.short()[:50]:50s} {r.tokens_per_s_per_gpu:7.0f} "
+                      f"{pred:7.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}  all-to-all {share:.0%}")
+    groups, _ = summarise(results)
+    print_table("MoE rows (out of sample)", groups)
+    every = sorted(abs(e) for v in groups.values() for e in v)
+    print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
+    rejected = sum(p is None for _, p, _ in results)
+    reasons: dict[str, int] = {}
+    for _, why in skipped:
+        reasons[why.split(" (")[0]] = reasons.get(why.split(" (")[0], 0) + 1
+    print(f"MoE rows evaluated: {len(results) - rejected}; refused by evaluate: {rejected}; not expressible: "
+          + ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1])))
 
 
 SPEEDUP_PAIRS = [  # (BF16 row, FP8 row) of the same layout and stack

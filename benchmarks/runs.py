@@ -16,10 +16,12 @@ import planner
 from planner.space import account_for_ends_split
 from planner.specs import Layout, ModelSpec, TrainingSpec
 
-__all__ = ["Run", "load_runs", "RUNS_PATH"]
+__all__ = ["Run", "load_runs", "load_moe_runs", "RUNS_PATH", "MOE_RUNS_PATH"]
 
 RUNS_PATH = Path(os.environ.get("PLANNER_RUNS") or Path(__file__).resolve().parent / "data" / "published_runs.yaml")
 """The project's copy of shared/calibration/published_runs.yaml (sources in benchmarks/data/README.md)."""
+MOE_RUNS_PATH = Path(os.environ.get("PLANNER_MOE_RUNS") or Path(__file__).resolve().parent / "data" / "moe_runs.yaml")
+"""The project's copy of shared/calibration/moe_runs.yaml."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
         return planner.load_cluster("dgx-a100-80g", nodes=nodes)
     if gpu_type.startswith("A100-SXM-40GB"):
         return planner.load_cluster("dgx-a100-40g", nodes=nodes)
+    if gpu_type.startswith("GB200"):
+        # ASSUMPTION: a job that does not fill whole NVL72 racks gets the largest NVLink domain that
+        # divides it (128 GPUs: two racks of 64)
+        domain = max(d for d in range(4, 73, 4) if num_gpus % d == 0) if num_gpus >= 4 else num_gpus
+        return planner.load_cluster("gb200-nvl72", nodes=nodes, nvlink_domain_size=domain)
+    if gpu_type.startswith("B200"):
+        return planner.load_cluster("dgx-b200", nodes=nodes)
     if gpu_type.startswith("H100"):
         c = planner.load_cluster("dgx-h100", nodes=nodes)
         for mem in ("96GB", "95GB"):  # HBM2e variants: same compute, more memory
@@ -163,3 +172,88 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, tokens,
                         mem * 2**30 if isinstance(mem, (int, float)) else None, oom))
     return runs
+
+
+def _moe_fp8(prec: str, group: str) -> str | None | bool:
+    """The FP8 recipe of an MoE row's precision: MXFP8 / FP8-MX -> mxfp8; FP8-CS and Megatron-Bridge's
+    unqualified FP8 (its perf recipes are *_FP8_CS_*: current scaling) -> tensorwise; 25.09's
+    parenthesised FP8 value (its footnote: block scaling) -> blockwise; NeMo 2 / dgxc 'FP8' -> delayed
+    and NeMo-era sources' (dgxc-benchmarking, the NeMo perf summary) 'FP8' -> delayed (NeMo's default
+    recipe then); BF16 -> None; NVFP4 -> False (not priced)."""
+    p = prec.lower()
+    if p.startswith("bf16"):
+        return None
+    if "nvfp4" in p:
+        return False
+    if "mxfp8" in p or "fp8-mx" in p:
+        return "mxfp8"
+    if "parenthesised" in p:
+        return "blockwise"
+    if "nemo 2.0" in p or group.startswith(("nvidia_dgxc", "nemo_framework")):
+        return "delayed"
+    return "tensorwise"
+
+
+def _moe_model(r: dict) -> ModelSpec | str:
+    """The row's architecture as a ModelSpec, or why the planner cannot express it."""
+    mod = r["model"]
+    att = str(mod.get("attention") or "")
+    if att != "gqa":
+        return f"attention '{att or 'unpublished'}' (only grouped-query attention is priced)"
+    if mod.get("moe_layer_pattern") or (mod.get("first_dense_layers") or 0) > 0:
+        return "mixed dense / MoE layers"
+    missing = [k for k in ("n_layers", "hidden_size", "n_heads", "ffn_hidden_size", "vocab_size", "num_experts", "top_k")
+               if mod.get(k) is None]
+    if missing:
+        return f"model fields not published: {', '.join(missing)}"
+    experts, fe = mod["num_experts"], mod.get("moe_ffn_hidden_size") or mod["ffn_hidden_size"]
+    shared = mod.get("shared_expert_ffn_hidden_size") or 0
+    if (mod.get("shared_experts") or 0) and not shared:
+        shared = mod["shared_experts"] * fe
+    head = mod.get("head_dim")
+    return ModelSpec(
+        name=r["model_name"], family="llama", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
+        num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads"),
+        kv_channels=head if head and head * mod["n_heads"] != mod["hidden_size"] else None,
+        ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"],
+        moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
+             "shared_expert_ffn_hidden_size": shared})
+
+
+def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str, str]]]:
+    """The MoE rows the planner can price as Runs, and (id, reason) for the others.
+
+    ASSUMPTIONS (the tables print the layout and throughput only): Megatron's distributed optimizer
+    (ZeRO-1, the perf recipes' default) with gradient and parameter overlap, sequence parallelism
+    with TP (Megatron requires it for MoE), no recompute where the row publishes none (the perf
+    scripts' family default), ETP = the recipe's value, else TP (Megatron's default). The rows'
+    dispatchers (all-to-all, DeepEP, HybridEP) are priced as the all-to-all dispatcher."""
+    runs, skipped = [], []
+    for r in yaml.safe_load(Path(path).read_text()):
+        par = r["parallel"]
+        fp8 = _moe_fp8(r.get("precision") or "", r["source_group"])
+        model = _moe_model(r)
+        cluster = _cluster_for(r["gpu_type"], r["num_gpus"], r.get("gpus_per_node") or 8)
+        tokens = r["measured"].get("tokens_per_sec_per_gpu") or (r.get("derived") or {}).get("tokens_per_sec_per_gpu")
+        rc = _recompute(r.get("recompute")) or ("none" if r.get("recompute") is None else None)
+        why = (model if isinstance(model, str) else
+               "NVFP4 is not priced" if fp8 is False else
+               f"no catalogued cluster for {r['gpu_type']}" if cluster is None else
+               "FSDP sharding (Megatron-FSDP / FSDP2 with experts is not priced)" if par.get("fsdp") else
+               f"recompute '{r.get('recompute')}'" if rc is None else
+               "no throughput published" if not tokens else None)
+        if why:
+            skipped.append((r["id"], why))
+            continue
+        tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
+        etp = par.get("etp") or (r.get("recipe") or {}).get("etp")
+        dp = r["num_gpus"] // (tp * pp * cp)
+        vpp = par.get("vpp") or 1
+        layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=par.get("ep") or 1, etp=etp, zero_stage=1,
+                        micro_batch_size=r["micro_batch"], recompute=rc, vpp=vpp, sequence_parallel=tp > 1,
+                        overlap_grad_reduce=dp > 1, overlap_param_gather=dp > 1,
+                        pipeline_layers=account_for_ends_split(model.num_layers, pp * vpp))
+        training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
+                                grad_dtype="bf16")
+        runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
+    return runs, skipped

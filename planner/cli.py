@@ -121,7 +121,7 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
 
 def _constraint_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("constraints (fix a value, or bound it as LO:HI)")
-    for name in ("tp", "pp", "dp", "cp", "vpp", "micro-batch-size"):
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro-batch-size"):
         g.add_argument(f"--{name}", default=None, metavar="N|LO:HI")
     g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
@@ -193,6 +193,7 @@ def _int_or_range(name: str, text: str | None, lo: int = 1, hi: int = MAX_GPUS):
 def _constraints(a) -> dict[str, Any]:
     c = {"tp": _int_or_range("tp", a.tp), "pp": _int_or_range("pp", a.pp), "dp": _int_or_range("dp", a.dp),
          "cp": _int_or_range("cp", a.cp), "vpp": _int_or_range("vpp", a.vpp),
+         "ep": _int_or_range("ep", a.ep), "etp": _int_or_range("etp", a.etp),
          "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
          "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3)}
     if a.recompute:
@@ -341,7 +342,8 @@ def _cmd_plan(a, out: Console) -> int:
 
 
 def _layout_from_args(a) -> Layout:
-    return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, zero_stage=a.zero, micro_batch_size=a.micro_batch_size,
+    return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, ep=a.ep, etp=a.etp, zero_stage=a.zero,
+                  micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
                   last_stage_layers=a.last_stage_layers, rank_order=a.rank_order,
@@ -493,6 +495,8 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     for name in ("tp", "pp", "cp", "vpp", "micro-batch-size"):
         p.add_argument(f"--{name}", type=_positive_int, default=1)
     p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
+    p.add_argument("--ep", type=_positive_int, default=1, help="MoE: expert-parallel degree")
+    p.add_argument("--etp", type=_positive_int, default=None, help="MoE: expert tensor-parallel degree (default: = TP)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
     p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)

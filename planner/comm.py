@@ -16,7 +16,7 @@ import numpy as np
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
-__all__ = ["busbw", "collective_time", "latency", "p2p_time", "OPS"]
+__all__ = ["busbw", "collective_time", "latency", "p2p_time", "alltoall_time", "OPS"]
 
 OPS = ("allreduce", "allgather", "reducescatter")
 
@@ -99,3 +99,25 @@ def p2p_time(cluster: ClusterSpec, tier: str, nbytes: float) -> float:
     if tier == "nvlink":
         return cluster.nvlink.latency + nbytes / (cluster.nvlink.p2p_bandwidth * _size_fraction(cluster, nbytes))
     return cluster.scaleout.latency + nbytes / (cluster.scaleout.nic_busbw * _size_fraction(cluster, nbytes))
+
+
+def alltoall_time(cluster: ClusterSpec, group: GroupPlacement, nbytes: float) -> float:
+    """Seconds for one all-to-all over `group` in which every member sends `nbytes` in all (nbytes / n
+    to each member, itself included).
+
+    Every member sends at once: the (n - k)/n that leaves its node goes out on its own share of the
+    node's NICs while the (k - 1)/n for the other k - 1 members on its node crosses NVLink; the slower
+    path sets the time [NCCLTests: all-to-all busbw = algbw (n - 1)/n]. Inside one NVLink domain the
+    whole (n - 1)/n crosses NVLink at the ring busbw. Size efficiency is read at the whole buffer
+    (NCCL moves all peers' chunks at once).
+    """
+    n = group.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    frac = _size_fraction(cluster, nbytes)
+    nvl = cluster.nvlink.ring_busbw * frac
+    if group.tier == "nvlink":
+        return cluster.nvlink.latency + nbytes * (n - 1) / n / nvl
+    k = group.per_node
+    net = group.nics_per_gpu * cluster.scaleout.nic_busbw * frac
+    return cluster.scaleout.latency + max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)

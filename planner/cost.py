@@ -25,8 +25,16 @@ from functools import lru_cache
 import numpy as np
 
 from planner._memo import memo
-from planner.comm import collective_time, p2p_time
-from planner.memory import TE_FP8_RECIPES, adam_bytes, linear_params_per_layer, param_gather_bytes, stage_layers, stage_params
+from planner.comm import alltoall_time, collective_time, p2p_time
+from planner.memory import (
+    TE_FP8_RECIPES,
+    ParamShard,
+    adam_bytes,
+    linear_params_per_gpu,
+    param_gather_bytes,
+    param_shards,
+    stage_layers,
+)
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 
@@ -89,9 +97,14 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     """Model FLOPs per trained token (forward + backward = 3x forward), no recompute.
 
     Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
-    (unmasked attention), plus the logits 2 h V; everything x 3.
+    (unmasked attention), plus the logits 2 h V; everything x 3. An MoE layer counts its active
+    MLP: router (h E), top_k routed and the shared experts (3 h f each) [MegatronFLOPs: moe terms].
     """
     per_layer = sum(layer_gemm_flops(model, 1, 1)) + 4 * seq_length * model.q_hidden
+    if model.moe is not None:  # the MLP is the router, the top-k routed experts and the shared ones
+        e, h = model.moe, model.hidden_size
+        per_layer += 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size)) \
+            - sum(layer_gemm_flops(model, 1, 1)[2:])
     logits = 2 * model.hidden_size * model.vocab_size
     return 3 * (model.num_layers * per_layer + logits)
 
@@ -128,7 +141,7 @@ no counterpart): each forward casts the BF16 weight (read 2 B, write 1 B) and ea
 again along the other axis for dgrad [torchao float8/float8_linear.py: matmul_with_hp_or_float8_args]."""
 
 
-def fp8_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
+def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None) -> tuple[float, float]:
     """Elements per token one GPU quantises for the FP8 linear layers of one layer: (forward, backward).
 
     Forward: the inputs of QKV (h), out-proj (a d / tp), FC1 (h) and FC2 (f / tp); backward: the
@@ -138,9 +151,25 @@ def fp8_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
     and cached across micro-batches (TE's is_first_microbatch) -- not counted.
     """
     h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
+    if model.moe is not None:
+        return _moe_cast_elements(model, tp, etp)
     up = 2 * f if model.family != Family.GPT else f
     fwd = h + hq / tp + h + f / tp
     bwd = (hq + 2 * hkv) / tp + h + up / tp + h
+    return fwd, bwd
+
+
+def _moe_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[float, float]:
+    """fp8_cast_elements of an MoE layer: attention as dense; shared experts as a dense MLP of f_s;
+    the routed experts' grouped GEMMs see top_k x etp / tp rows per token of the layout (FC1 input h
+    and FC2 input f_e / etp forward; their output gradients 2 f_e / etp and h backward)."""
+    h, hkv, hq, e = model.hidden_size, model.kv_hidden, model.q_hidden, model.moe
+    fs, fe, etp = e.shared_expert_ffn_hidden_size, e.expert_ffn_hidden_size, tp if etp is None else etp
+    rows = e.top_k * etp / tp
+    shared_f = (h + fs / tp) if fs else 0.0
+    shared_b = (2 * fs / tp + h) if fs else 0.0
+    fwd = h + hq / tp + shared_f + rows * (h + fe / etp)
+    bwd = (hq + 2 * hkv) / tp + h + shared_b + rows * (2 * fe / etp + h)
     return fwd, bwd
 
 
@@ -155,21 +184,93 @@ class LayerTime:
     tp_bwd: float
     cp_fwd: float
     cp_bwd: float
+    ep_fwd: float = 0.0
+    ep_bwd: float = 0.0
 
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> LayerTime:
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
-                          layout.sequence_parallel, layout.tp_comm_overlap)  # tp, cp: the innermost axes either way
+                          layout.sequence_parallel, layout.tp_comm_overlap, layout.ep,
+                          layout.expert_tp)  # tp, cp, etp, ep: the innermost axes either way
+
+
+MOE_PERMUTE_BYTES = 4
+"""HBM bytes per routed element for one token permutation (read and write, BF16): the dispatcher
+permutes the tokens before the EP all-to-all, sorts them by local expert after it (more than one
+local expert), and undoes both in the combine [Megatron-LM@d98e8a6 megatron/core/transformer/moe/
+token_dispatcher.py: MoEAlltoAllTokenDispatcher, steps (2), (4), (5), (7)]; backward the same."""
+
+
+@dataclass(frozen=True)
+class MoETime:
+    """Forward seconds of an MoE layer's MLP side on one GPU (backward: 2x GEMMs, the same comm)."""
+
+    gemm: float
+    """Router, shared and routed expert GEMMs."""
+    memory: float
+    """Token permutations."""
+    tp: float
+    """Sequence-parallel all-gather + reduce-scatter of the shared experts (exposed share applied)."""
+    ep: float
+    """Dispatch and combine: the EP all-to-alls, and the ETP all-gather / reduce-scatter."""
+
+
+def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int, ep: int,
+             etp: int) -> MoETime:
+    """The MLP side of one MoE layer and micro-batch (Megatron's all-to-all dispatcher, dropless,
+    tokens balanced over the experts: NVIDIA's benchmarks force it).
+
+    Each GPU holds N = b s / (cp tp) tokens (sequence parallel). The router is an h x E GEMM on them.
+    Dispatch: an all-to-all over the EP group sends N top_k rows of h (BF16) and the probabilities,
+    then an all-gather over ETP, so each GPU's grouped GEMMs see R = N top_k etp rows, R / (E / ep)
+    per local expert, f_e / etp wide; combine: a reduce-scatter over ETP and the all-to-all back
+    [Megatron-LM@d98e8a6 megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher
+    (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve. Shared
+    experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
+    Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
+    """
+    e, h, s = model.moe, model.hidden_size, training.seq_length
+    fp8 = training.fp8 is not None
+    tokens, n = b * s / cp, b * s / (cp * tp)
+    local = e.num_experts // ep
+    rows = n * e.top_k * etp
+    per_expert = rows / local
+    fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
+    gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
+    gemm += local * _gemm_time(cluster, [2 * per_expert * h * 2 * fe, 2 * per_expert * fe * h], fp8)
+    tp_t = 0.0
+    if fs:
+        gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8)
+        if tp > 1:
+            group = placement(cluster, (tp, 1))
+            nbytes = 2 * tokens * h
+            tp_t = (collective_time(cluster, group, "allgather", nbytes)
+                    + collective_time(cluster, group, "reducescatter", nbytes)) * cluster.calibration.tp_comm_exposed
+    gpu, cal = cluster.gpu, cluster.calibration
+    moved = 2 * (n * e.top_k * h + (rows * h if local > 1 else 0.0))  # elements: permute (+ sort), each undone in combine
+    memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    ep_t = 0.0
+    if ep > 1:
+        group = placement(cluster, (ep, etp))
+        ep_t = 2 * (alltoall_time(cluster, group, 2 * n * e.top_k * h) + alltoall_time(cluster, group, 4 * n * e.top_k))
+    if etp > 1:
+        group = placement(cluster, (etp, 1))
+        ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)
+                 + collective_time(cluster, group, "reducescatter", 2 * rows * h))
+    return MoETime(gemm, memory, tp_t, ep_t)
 
 
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
-                   sequence_parallel: bool, tp_comm_overlap: bool = False) -> LayerTime:
+                   sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1) -> LayerTime:
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
     fp8 = training.fp8 is not None
     gemm_each = [_gemm_time(cluster, [f], fp8) for f in layer_gemm_flops(model, tokens, tp)]  # QKV, proj, FC1, FC2
+    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp) if model.moe is not None else None
+    if moe is not None:  # the MLP is the MoE block
+        gemm_each[2:] = []
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
@@ -184,12 +285,15 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     elem_t = elem / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     cast_fwd = cast_bwd = 0.0
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
-        cf, cb = fp8_cast_elements(model, tp)
+        cf, cb = fp8_cast_elements(model, tp, etp)
         cast_fwd = FP8_CAST_BYTES * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         cast_bwd = FP8_CAST_BYTES * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         if training.fp8 not in TE_FP8_RECIPES:  # torchao: the weights are cast in every forward and backward
-            w = TORCHAO_WEIGHT_CAST_BYTES * linear_params_per_layer(model) / tp / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+            w = TORCHAO_WEIGHT_CAST_BYTES * linear_params_per_gpu(model, Layout(tp=tp)) / (gpu.hbm_bandwidth * cal.hbm_efficiency)
             cast_fwd, cast_bwd = cast_fwd + w, cast_bwd + w
+    if moe is not None:
+        gemm += moe.gemm
+        elem_t += moe.memory
     fwd = gemm + attn + elem_t + cast_fwd
     bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
@@ -204,6 +308,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             tp_fwd = tp_bwd = 2 * (ag + rs) * cal.tp_comm_exposed
         else:
             tp_fwd = tp_bwd = 2 * collective_time(cluster, group, "allreduce", nbytes) * cal.tp_comm_exposed
+        if moe is not None:  # the attention's pair, and the shared experts' (MoE requires SP)
+            tp_fwd = tp_bwd = tp_fwd / 2 + moe.tp
         if tp_comm_overlap:
             tp_fwd, tp_bwd = _tp_overlap_exposed(gpu, gemm_each, ag, rs)
     # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
@@ -216,7 +322,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         attn_step = attn / cp
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
         cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
-    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd)
+    ep_t = moe.ep if moe is not None else 0.0
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t)
 
 
 UB_SMS = 16
@@ -268,11 +375,13 @@ class StageTime:
     tp_comm: float
     cp_comm: float
     p2p: float
+    ep_comm: float = 0.0
+    """MoE dispatch and combine (EP all-to-all, ETP gather / reduce-scatter)."""
 
     @property
     def total(self) -> float:
         """All terms of the stage."""
-        return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.p2p
+        return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.p2p + self.ep_comm
 
 
 @dataclass(frozen=True)
@@ -353,6 +462,7 @@ class _Pieces:
     compute_per_layer: float
     tp_per_layer: float
     cp_per_layer: float
+    ep_per_layer: float
 
 
 def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int) -> _Pieces:
@@ -374,11 +484,11 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     if layout.recompute == Recompute.SELECTIVE:
         rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
     elif layout.recompute == Recompute.FULL:
-        rc = lt.fwd + lt.tp_fwd  # a whole extra forward, TP collectives included
+        rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  # a whole extra forward, TP and MoE dispatch included
     else:
         rc = 0.0
-    compute, tpc, cpc = lt.fwd + lt.bwd, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd
-    return _Pieces(compute + tpc + cpc, rc, logits, 2 * v * send, hidden, compute, tpc, cpc)
+    compute, tpc, cpc, epc = lt.fwd + lt.bwd, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd, lt.ep_fwd + lt.ep_bwd
+    return _Pieces(compute + tpc + cpc + epc, rc, logits, 2 * v * send, hidden, compute, tpc, cpc, epc)
 
 
 def _coefficients(q: _Pieces) -> StageCoefficients:
@@ -389,7 +499,7 @@ def _coefficients(q: _Pieces) -> StageCoefficients:
 def _time(layout: Layout, q: _Pieces, stage: int, layers: int) -> StageTime:
     return StageTime(stage, layers, layers * q.compute_per_layer + q.fixed,
                      recomputed_layers(layout, layers) * q.per_recomputed, layers * q.tp_per_layer,
-                     layers * q.cp_per_layer, max(0.0, q.p2p - q.p2p_hidden * layers))
+                     layers * q.cp_per_layer, max(0.0, q.p2p - q.p2p_hidden * layers), layers * q.ep_per_layer)
 
 
 def stage_coefficients(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -430,22 +540,36 @@ def ddp_bucket_params(dp_cp: int) -> int:
     return max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * dp_cp)
 
 
-def _bucketed(cluster: ClusterSpec, group, op: str, params: float, bytes_per: float, bucket: float,
-              window: float | None) -> float:
-    """Exposed seconds of the collectives over `params` parameters.
-
-    window None (no overlap flag): one collective on the whole buffer, fully exposed. Otherwise
-    the buffer goes out in n = ceil(params / bucket) collectives, each with its own latency,
-    launched as compute frees them while `window` seconds of compute run beside them. Buckets
-    fill from the last layers, so the remainder bucket (the first layers) is ready last and is
-    always exposed: max(t(remainder), t(all buckets) - window); one bucket is fully exposed.
-    """
+def _bucket_times(cluster: ClusterSpec, group, op: str, params: float, bytes_per: float, bucket: float,
+                  window: float | None) -> tuple[float, float]:
+    """(last bucket, all buckets) seconds of the collectives over `params` parameters: one collective
+    on the whole buffer without an overlap window, else n = ceil(params / bucket) of them, each with
+    its own latency."""
     if window is None:
-        return collective_time(cluster, group, op, params * bytes_per)
+        t = collective_time(cluster, group, op, params * bytes_per)
+        return t, t
     n = max(1, math.ceil(params / bucket))
     t_last = collective_time(cluster, group, op, (params - (n - 1) * bucket) * bytes_per)
-    total = (n - 1) * collective_time(cluster, group, op, bucket * bytes_per) + t_last
-    return max(t_last, total - window)
+    return t_last, (n - 1) * collective_time(cluster, group, op, bucket * bytes_per) + t_last
+
+
+def _exposed(parts: list[tuple[float, float]], window: float | None) -> float:
+    """Exposed seconds of bucketed collectives (one (last, all) pair per gradient buffer) launched as
+    compute frees them while `window` seconds of compute run beside them. Buckets fill from the last
+    layers, so the remainder buckets (the first layers) are ready last and always exposed:
+    max(t(remainders), t(all buckets) - window); without a window everything is exposed."""
+    total = sum(t for _, t in parts)
+    if window is None:
+        return total
+    return max(sum(t for t, _ in parts), total - window)
+
+
+def _shard_group(cluster: ClusterSpec, layout: Layout, shard: ParamShard):
+    """Placement of a parameter shard's data-parallel group: dp x cp, or the expert-data-parallel
+    group (stride ep x etp in Megatron's expert order etp-ep-edp-pp)."""
+    if shard.axis == "dpcp":
+        return group_placement(cluster, layout, "dpcp")
+    return placement(cluster, (shard.dp, layout.ep * layout.expert_tp))
 
 
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
@@ -468,38 +592,40 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     Without a flag the collective runs whole and exposed. ZeRO 3 (FSDP prefetch): a fraction
     calibration.dp_overlap of each micro-batch's compute hides its gathers.
     """
-    n = layout.dp * layout.cp
-    if n == 1:
+    pairs = [(sh, g) for sh, g in zip(param_shards(model, layout, stage, layers),
+                                      param_gather_bytes(model, training, layout, stage, layers))  # 2 B/param, FP8 at 1
+             if sh.dp > 1 and sh.params > 0]
+    if not pairs:
         return 0.0
-    psi = stage_params(model, layout, stage, layers)
     grad_b = 2 if training.grad_dtype == "bf16" else 4
-    group = group_placement(cluster, layout, "dpcp")
+    groups = [_shard_group(cluster, layout, sh) for sh, _ in pairs]
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
-    gather = param_gather_bytes(model, training, layout, stage, layers)  # 2 B/param, FP8 linears at 1
-    if layout.zero_stage == 3:
+    if layout.zero_stage == 3:  # dense models only (planner.space)
+        (sh, gather), group = pairs[0], groups[0]
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
-        rs = collective_time(cluster, group, "reducescatter", psi * grad_b)
+        rs = collective_time(cluster, group, "reducescatter", sh.params * grad_b)
         ag = collective_time(cluster, group, "allgather", gather)
         return m * max(0.0, 2 * ag + rs - window)
-    bucket = ddp_bucket_params(n)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
+    op = "allreduce" if layout.zero_stage == 0 else "reducescatter"
+    grads = _exposed([_bucket_times(cluster, grp, op, sh.params, grad_b, ddp_bucket_params(sh.dp), bwd)
+                      for (sh, _), grp in zip(pairs, groups)], bwd)
     if layout.zero_stage == 0:
-        return _bucketed(cluster, group, "allreduce", psi, grad_b, bucket, bwd)
-    grads = _bucketed(cluster, group, "reducescatter", psi, grad_b, bucket, bwd)
+        return grads
     if layout.zero_stage == 2:
         grads *= m
-    return grads + _bucketed(cluster, group, "allgather", psi, gather / psi, bucket, fwd)
+    return grads + _exposed([_bucket_times(cluster, grp, "allgather", sh.params, g / sh.params, ddp_bucket_params(sh.dp), fwd)
+                             for (sh, g), grp in zip(pairs, groups)], fwd)
 
 
 def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                          layers: int) -> float:
     """The Adam step on pipeline rank `stage`: memory-bound over the parameters it updates
     (sharded over dp x cp from ZeRO-1 on)."""
-    psi = stage_params(model, layout, stage, layers)
-    if layout.zero_stage >= 1:
-        psi /= layout.dp * layout.cp
+    psi = sum(sh.params / (sh.dp if layout.zero_stage >= 1 else 1)
+              for sh in param_shards(model, layout, stage, layers))
     gpu = cluster.gpu
     touched = 2 * adam_bytes(training) + ADAM_OTHER_BYTES
     return psi * touched / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)

@@ -1,6 +1,6 @@
 """The reasoning behind a plan as short sentences with numbers, in the seed's order:
 static memory, the NVLink cap on TP, the pipeline bubble, what the sequence length costs, what
-binds the chosen plan, and sensitivities (FP8 on or off, 2x scale-out bandwidth, 2x GPUs, 2x sequence)."""
+binds the chosen plan, where an MoE model's all-to-all runs, and sensitivities (FP8 on or off, 2x scale-out bandwidth, 2x GPUs, 2x sequence)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 
 from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, static_memory
+from planner.plans import evaluate
 from planner.search import plan
 from planner.space import check_precision
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.topology import placement
 
 __all__ = ["explain", "explain_with_status"]
 
@@ -39,6 +41,34 @@ def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec) -> TrainingSp
     except PlannerError:
         return None
     return training.model_copy(update={"fp8": recipe})
+
+
+def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) -> list[str]:
+    """Why this expert parallelism: where its all-to-all runs, what it costs, and the chosen layout
+    with EP halved and doubled (priced by evaluate; 'does not fit' / 'illegal' where so)."""
+    lay, e = b.layout, model.moe
+    group = placement(cluster, (lay.ep, lay.expert_tp))
+    where = ("inside one NVLink domain" if group.tier in ("nvlink", "local") else
+             f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
+    per_gpu = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp) * e.top_k * model.hidden_size * 2
+    ep_s = b.time.breakdown()["ep_comm"]
+    out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}; ep {lay.ep} x etp {lay.expert_tp} puts "
+           f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
+           f"{where}: each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch, "
+           f"{ep_s:.2f} s of the step ({ep_s / b.step_time_s:.0%}); tokens are assumed balanced over the experts."]
+    alts = []
+    for ep in (lay.ep // 2, lay.ep * 2):
+        if ep < 1 or lay.ep % 2:
+            continue
+        try:
+            p = evaluate(model, cluster, training, lay.model_copy(update={"ep": ep}))
+        except PlannerError:
+            alts.append(f"ep {ep} is not a legal layout here")
+            continue
+        alts.append(f"ep {ep}: {p.step_time_s / b.step_time_s - 1:+.1%}" + ("" if p.fits else " and does not fit"))
+    if alts:
+        out.append("Same layout with " + "; ".join(alts) + ".")
+    return out
 
 
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
@@ -75,6 +105,8 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     lines.append(f"How far to trust it: the measured step should fall in {i80.lo:.2f}-{i80.hi:.2f} s (80 %) or "
                  f"{i95.lo:.2f}-{i95.hi:.2f} s (95 %), from {e.basis}; out-of-memory risk {b.oom_risk:.1%} "
                  f"(peak {b.peak_memory_bytes / GiB:.1f} of {b.memory.capacity / GiB:.1f} GiB).")
+    if model.moe is not None:
+        lines += _experts(model, cluster, training, b)
     pipe = b.time.pipeline
     if lay.pp > 1:
         lines.append(f"Pipeline: {lay.pp} stages x {lay.vpp} virtual, {pipe.num_microbatches} micro-batches: the bubble "

@@ -22,6 +22,11 @@ __all__ = [
     "activation_bytes_per_layer",
     "stage_layers",
     "stage_params",
+    "layer_params",
+    "routed_params_per_layer",
+    "ParamShard",
+    "param_shards",
+    "moe_routed_bytes",
     "in_flight_microbatches",
     "MemoryItem",
     "StageMemory",
@@ -236,6 +241,7 @@ def activation_bytes_per_layer(
     attention: str = "flash",
     rope_fusion: bool = True,
     fp8_inputs: bool = False,
+    etp: int | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -262,6 +268,7 @@ def activation_bytes_per_layer(
             input is also the attention output flash attention keeps in BF16 for its own backward,
             so FP8 adds a 1 B copy (without recompute) or replaces it (selective recompute drops the
             core's copy).
+        etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
 
     Returns:
         Bytes per layer.
@@ -287,6 +294,9 @@ def activation_bytes_per_layer(
     if rc == Recompute.FULL:
         return 2 * s_loc * b * h / sp_div  # only the layer input [Korthikanti22, Table 2]
     flash = attention == "flash"
+    moe = model.moe
+    if moe is not None:  # the MLP is the shared experts (its FC1 input is also the router's input)
+        f = moe.shared_expert_ffn_hidden_size
     if model.family == Family.GPT:
         terms = _gpt_terms(b, s_loc, h, a, f, s, flash)
     else:
@@ -301,10 +311,38 @@ def activation_bytes_per_layer(
         total += nbytes / div
     if fp8_inputs:
         q = model.q_hidden
-        total -= s_loc * b * h / sp_div * 2  # QKV and FC1 inputs: 2 B -> 1 B
+        # QKV and FC1 inputs: 2 B -> 1 B; an MoE layer's norm output stays BF16 for the router, so its
+        # shared-expert FC1 adds a 1 B copy instead (none without shared experts)
+        total -= s_loc * b * h / sp_div * (2 if moe is None else (0 if f else 1))
         total -= s_loc * b * f / tp  # FC2 input
         total += s_loc * b * q / tp * (-1 if rc == Recompute.SELECTIVE else 1)  # out-proj input (see above)
+    if moe is not None:
+        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs)
     return total
+
+
+MOE_ROUTER_SAVED_BYTES = 8
+"""Bytes per token and expert the router keeps: its fp32 logits and the fp32 scores of the
+softmax/sigmoid (the backward of each needs them) [Megatron-LM@d98e8a6 megatron/core/transformer/
+moe/router.py: TopKRouter.routing, moe_utils.topk_softmax_with_capacity]."""
+
+
+def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False) -> float:
+    """Bytes the routed experts of one MoE layer keep for backward on one GPU that holds `tokens`
+    tokens of the layer input (b s / (cp tp): sequence parallelism is required with tp > 1).
+
+    Dropless with tokens balanced across experts (NVIDIA's benchmarks force it), each token goes to
+    top_k experts; the all-to-all over EP and the all-gather over ETP bring R = tokens x top_k x etp
+    rows to the GPU's grouped GEMMs, each expert 1/etp of f_e wide [Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher]. The grouped
+    FC1 keeps its input (R h, BF16 or 1 B under FP8), the SwiGLU its input (R 2 f_e / etp), FC2 its
+    input (R f_e / etp) [megatron/core/transformer/moe/experts.py: TEGroupedMLP.forward, the probs
+    applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert."""
+    e = model.moe
+    rows, fe = tokens * e.top_k * etp, e.expert_ffn_hidden_size / etp
+    act_b = 1 if fp8_inputs else 2
+    return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
+            + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,15 +375,31 @@ def stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
     return layers
 
 
+def routed_params_per_layer(model: ModelSpec) -> int:
+    """Parameters of one MoE layer's routed experts, E x 3 h f_e (SwiGLU); 0 for a dense model."""
+    if model.moe is None:
+        return 0
+    return model.moe.num_experts * 3 * model.hidden_size * model.moe.expert_ffn_hidden_size
+
+
+def layer_params(model: ModelSpec) -> int:
+    """Parameters of one layer that TP splits and the data-parallel group replicates: the whole layer
+    of a dense model; an MoE layer without its routed experts (attention, norms, router, shared experts)."""
+    if model.moe is None:
+        return model.params_per_layer
+    return model.moe_layer_params[0] - routed_params_per_layer(model)
+
+
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
-    """Parameters one GPU of pipeline `stage` holds (its TP slice).
+    """Non-expert parameters one GPU of pipeline `stage` holds (its TP slice); the routed experts
+    are in param_shards.
 
     The embedding lives on the first stage and the output layer on the last; a tied embedding
     is held on both when pp > 1 (Megatron keeps a copy for the output projection).
-    ASSUMPTION: every weight is split by tp; the replicated norms and biases are < 0.1 % of a layer.
+    ASSUMPTION: every weight is split by tp; the replicated norms, biases and router are < 0.1 % of a layer.
     """
     p = layout.pp
-    n = layers * model.params_per_layer
+    n = layers * layer_params(model)
     if stage == 0:
         n += model.embedding_params
     if stage == p - 1:
@@ -353,6 +407,32 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
         if model.tied_embeddings and p > 1:
             n += model.vocab_size * model.hidden_size
     return n / layout.tp
+
+
+@dataclass(frozen=True)
+class ParamShard:
+    """Parameters one GPU holds that share one data-parallel group."""
+
+    params: float
+    """Parameters on the GPU."""
+    dp: int
+    """Ranks holding the same parameters: gradients are reduced and ZeRO states sharded over them."""
+    axis: str
+    """The group: 'dpcp' (dp x cp) or 'edp' (expert data parallel)."""
+
+
+def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> tuple[ParamShard, ...]:
+    """The GPU's parameters by data-parallel group: the non-expert ones (split by tp, replicated over
+    dp x cp) and, for an MoE model, the routed experts (split by ep x etp, replicated over the
+    expert-data-parallel group tp cp dp / (ep etp)). Expert parameters (allreduce=False) get their own
+    gradient buffers and distributed optimizer over that group [Megatron-LM@d98e8a6
+    megatron/core/distributed/distributed_data_parallel.py: expert-parallel buffers on
+    expt_dp_group; megatron/core/parallel_state.py: initialize_model_parallel]."""
+    dense = ParamShard(stage_params(model, layout, stage, layers), layout.dp * layout.cp, "dpcp")
+    if model.moe is None:
+        return (dense,)
+    experts = layers * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
+    return dense, ParamShard(experts, layout.edp, "edp")
 
 
 def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
@@ -446,10 +526,10 @@ def stage_static_items(
     """The items that depend on the ZeRO stage: weights, gradients, Adam states, ZeRO-3 buffers.
 
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
-    shard = layout.dp * layout.cp  # Megatron shards ZeRO states over dp x cp (CP ranks hold equal weights)
-    st = static_memory(stage_params(model, layout, stage, layers), grad_dtype=training.grad_dtype,
-                       optimizer_bytes=adam_bytes(training),
-                       zero_stage=layout.zero_stage, shard=shard)
+    parts = [static_memory(sh.params, grad_dtype=training.grad_dtype, optimizer_bytes=adam_bytes(training),
+                           zero_stage=layout.zero_stage, shard=sh.dp)  # dp x cp (CP ranks hold equal weights)
+             for sh in param_shards(model, layout, stage, layers)]
+    st = StaticMemory(*(sum(getattr(x, k) for x in parts) for k in ("params", "grads", "optimizer")))
     items = [
         MemoryItem("weights", st.params, "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
@@ -457,25 +537,27 @@ def stage_static_items(
                    else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
     if layout.zero_stage == 3:
-        gathered = ZERO3_PREFETCH_LAYERS * model.params_per_layer / layout.tp * PARAM_BYTES
+        gathered = ZERO3_PREFETCH_LAYERS * layer_params(model) / layout.tp * PARAM_BYTES
         items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
     if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them
-        items.append(MemoryItem("fp8_weights", layers * linear_params_per_layer(model) / layout.tp * FP8_WEIGHT_BYTES,
+        items.append(MemoryItem("fp8_weights", layers * linear_params_per_gpu(model, layout) * FP8_WEIGHT_BYTES,
                                 "FP8 row- and column-wise copies of the linear weights"))
     return items
 
 
-def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
-    """Bytes of the weights one GPU of pipeline `stage` all-gathers (ZeRO >= 1): 2 per parameter, 1 for
-    the linear weights under --fp8-param-gather [Megatron-LM@d98e8a6 megatron/core/transformer/
-    transformer_config.py: fp8_param; shared/reference/framework-mechanisms.md §4]."""
-    psi = stage_params(model, layout, stage, layers)
+def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> tuple[float, ...]:
+    """Bytes of the weights one GPU of pipeline `stage` all-gathers (ZeRO >= 1), per param_shards
+    entry: 2 per parameter, 1 for the linear weights under --fp8-param-gather [Megatron-LM@d98e8a6
+    megatron/core/transformer/transformer_config.py: fp8_param; shared/reference/framework-mechanisms.md §4].
+    Routed experts are all linear weights."""
+    shards = param_shards(model, layout, stage, layers)
     if not training.fp8_param_gather:
-        return psi * PARAM_BYTES
-    fp8 = layers * linear_params_per_layer(model) / layout.tp
-    return (psi - fp8) * PARAM_BYTES + fp8
+        return tuple(sh.params * PARAM_BYTES for sh in shards)
+    fp8 = layers * (linear_params_per_gpu(model, layout) - (shards[1].params / layers if len(shards) > 1 and layers else 0))
+    out = [(shards[0].params - fp8) * PARAM_BYTES + fp8]
+    return tuple(out + [sh.params for sh in shards[1:]])
 
 
 TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
@@ -490,11 +572,23 @@ shared/reference/framework-mechanisms.md §4]; block and MXFP8 scales (one per 1
 
 
 def linear_params_per_layer(model: ModelSpec) -> int:
-    """Weights of one layer's four linear layers (QKV, out-proj, FC1 (gate and up), FC2); the norms
-    and biases are not FP8."""
+    """Weights of one dense layer's four linear layers (QKV, out-proj, FC1 (gate and up), FC2); the
+    norms and biases are not FP8."""
     h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
     up = 2 * f if model.family != Family.GPT else f
     return h * (hq + 2 * hkv) + hq * h + h * up + f * h
+
+
+def linear_params_per_gpu(model: ModelSpec, layout: Layout) -> float:
+    """FP8-capable linear weights of one layer on one GPU: the dense layer's four split by tp; for an
+    MoE layer the attention projections and shared experts split by tp and the routed experts by
+    ep x etp (the router stays in high precision)."""
+    if model.moe is None:
+        return linear_params_per_layer(model) / layout.tp
+    h, e = model.hidden_size, model.moe
+    attention = h * (model.q_hidden + 2 * model.kv_hidden) + model.q_hidden * h
+    return ((attention + 3 * h * e.shared_expert_ffn_hidden_size) / layout.tp
+            + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
 
 
 def stage_activation_items(
@@ -504,7 +598,7 @@ def stage_activation_items(
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
-              fp8_inputs=training.fp8 in TE_FP8_RECIPES)
+              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp)
     none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
     flight = in_flight_microbatches(layout, stage, m)
     items = []

@@ -58,6 +58,7 @@ class StepTime:
             "recompute": m * st.recompute,
             "tp_comm": m * st.tp_comm,
             "cp_comm": m * st.cp_comm,
+            "ep_comm": m * st.ep_comm,
             "pp_p2p": m * st.p2p,
             "pp_bubble": self.pipeline.bubble,
             "dp_comm": self.dp_exposed,

@@ -62,6 +62,7 @@ def layout_problems(
         bad.append("tp_comm_overlap needs sequence_parallel with tp > 1 (Megatron validate_args)")
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
+    bad += _expert_problems(model, lay)
     if pipeline_split and lay.pipeline_layers is not None:
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
@@ -70,6 +71,38 @@ def layout_problems(
         m = num_microbatches(training, lay)
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
+    return bad
+
+
+def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
+    """Expert-parallel rules: Megatron's (megatron-core 0.19.2 arguments.py validate_args: experts
+    divisible by EP; parallel_state.initialize_model_parallel: the expert grid etp x ep x edp divides
+    each stage's tp x cp x dp GPUs; moe_layer.MoELayer.forward: TP needs sequence parallelism in
+    training) and what the planner prices (ZeRO 0/1, no TP overlap, Megatron's default rank order)."""
+    ep, etp = lay.ep, lay.expert_tp
+    if model.moe is None:
+        return [f"ep({ep}) / etp({lay.etp}) need a Mixture-of-Experts model; {model.name} is dense"] \
+            if ep > 1 or lay.etp is not None else []
+    e, bad = model.moe, []
+    if e.num_experts % ep:
+        bad.append(f"num_experts({e.num_experts}) % ep({ep}) = {e.num_experts % ep} != 0")
+    inner = lay.tp * lay.cp * lay.dp
+    if inner % (ep * etp):
+        bad.append(f"tp({lay.tp})*cp({lay.cp})*dp({lay.dp}) = {inner} is not a multiple of ep({ep})*etp({etp}) "
+                   "(the expert grid folds onto each pipeline stage's GPUs)")
+    if e.expert_ffn_hidden_size % etp:
+        bad.append(f"expert_ffn_hidden_size({e.expert_ffn_hidden_size}) % etp({etp}) != 0")
+    if e.shared_expert_ffn_hidden_size % lay.tp:
+        bad.append(f"shared_expert_ffn_hidden_size({e.shared_expert_ffn_hidden_size}) % tp({lay.tp}) != 0")
+    if lay.tp > 1 and not lay.sequence_parallel:
+        bad.append(f"MoE with tp({lay.tp}) > 1 needs sequence_parallel (megatron-core MoELayer.forward)")
+    if lay.zero_stage > 1:
+        bad.append(f"zero_stage({lay.zero_stage}): MoE layouts are priced with ZeRO 0 or 1 (the distributed "
+                   "optimizer); Megatron-FSDP with experts is not priced")
+    if lay.tp_comm_overlap:
+        bad.append("tp_comm_overlap with MoE layers is not priced")
+    if ep > 1 and lay.rank_order != "tp-cp-dp-pp":
+        bad.append(f"ep({ep}) > 1 is placed in Megatron's default rank order tp-cp-dp-pp only")
     return bad
 
 
@@ -134,12 +167,12 @@ def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
 
 
 def check_priced(model: ModelSpec) -> None:
-    """Refuse what the cost and memory model cannot price yet, rather than approximate it: MoE
-    (expert parallelism, routed-token activations, all-to-all) and multi-latent attention."""
-    if model.moe is not None:
-        raise PlannerError(f"model.moe: {model.name} is a Mixture-of-Experts model ({model.num_params / 1e9:.1f}B "
-                           f"parameters, {model.active_params / 1e9:.1f}B active); expert-parallel layouts are not priced "
-                           "yet (planner ledger counts its parameters)")
+    """Refuse what the cost and memory model cannot price yet, rather than approximate it:
+    multi-latent attention and MoE models whose first layers are dense (their stages differ)."""
+    if model.moe is not None and model.moe.first_dense_layers:
+        raise PlannerError(f"model.moe.first_dense_layers: {model.name} starts with {model.moe.first_dense_layers} dense "
+                           "layers before its MoE layers; mixed dense/MoE stacks are not priced yet "
+                           "(planner ledger counts its parameters)")
     if model.mla is not None:
         raise PlannerError(f"model.mla: {model.name} uses multi-latent attention, which is not priced yet "
                            "(planner ledger counts its parameters)")
@@ -206,6 +239,9 @@ class Shape:
     mbs: int
     vpp: int
     sp: bool
+    ep: int = 1
+    etp: int | None = None
+    """Expert degrees (MoE; etp None = tp)."""
 
 
 @dataclass(frozen=True)
@@ -234,14 +270,17 @@ class Space:
 
     framework: str | None = "megatron"
     """The launch target, which decides the overlaps each candidate runs with (overlaps())."""
+    framework_tp_overlap: bool = True
+    """Sequence-parallel candidates run --tp-comm-overlap where the target offers it (not priced for MoE)."""
 
     def layouts(self, shape: Shape, split: tuple[int, ...] | None, rc, zero) -> Layout:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
-                      vpp=shape.vpp, sequence_parallel=shape.sp,
+                      vpp=shape.vpp, sequence_parallel=shape.sp, ep=shape.ep, etp=shape.etp,
                       pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
                       recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
-                      rank_order=self.rank_order, **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp))
+                      rank_order=self.rank_order,
+                      **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap))
 
     def splits(self, pp: int) -> int:
         """Number of layer splits a configuration with pp ranks ranges over."""
@@ -286,9 +325,9 @@ def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) ->
     return value == rule
 
 
-CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "zero_stage", "micro_batch_size", "recompute", "vpp",
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "recompute", "vpp",
                    "sequence_parallel", "uneven_stages", "rank_order")
-_INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
+_INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
 _BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute")
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
 
@@ -435,6 +474,9 @@ def build_space(
     if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
                            f"framework '{framework}' would drop it (use framework='megatron' or 'any')")
+    if model.moe is not None and framework in ("deepspeed", "torchtitan"):
+        raise PlannerError(f"model.moe: expert-parallel launch configs are emitted for Megatron only so far; "
+                           f"framework '{framework}' would not run {model.name}'s layout (use framework='megatron' or 'any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
@@ -456,6 +498,18 @@ def build_space(
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
     free = constraints.get("uneven_stages", True) is not False
     first_last = constraints.get("uneven_stages") == "first_last"
+    moe = model.moe is not None
+    if not moe and any(_constrained(k, constraints) for k in ("ep", "etp")):
+        raise PlannerError(f"constraint ep/etp: {model.name} is dense (expert parallelism needs a Mixture-of-Experts model)")
+    eps = [e for e in divisors(model.moe.num_experts) if _allowed("ep", e, constraints)] if moe else [1]
+
+    def experts(tp: int) -> list[tuple[int, int | None]]:
+        """(ep, etp) options at this tp: etp = tp (Megatron's default, None) or 1 (experts whole)."""
+        if not moe:
+            return [(1, None)]
+        etps = [None] + ([1] if tp > 1 else [])
+        return [(e, t) for e in eps for t in etps if _allowed("etp", tp if t is None else t, constraints)]
+
     shapes = []
     worlds = range(1, world + 1) if allow_idle else [world]
     for n in worlds:
@@ -482,18 +536,24 @@ def build_space(
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 if not _allowed("sequence_parallel", sp, constraints):
                                     continue
-                                lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
-                                             sequence_parallel=sp)
-                                probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
-                                                        pipeline_split=False)
-                                if not probs and (free or not _pipeline_problems(L, pp, v, None, None)):
-                                    shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp))
+                                for ep, etp in experts(tp):
+                                    lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
+                                                 sequence_parallel=sp, ep=ep, etp=etp)
+                                    probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
+                                                            pipeline_split=False)
+                                    if not probs and (free or not _pipeline_problems(L, pp, v, None, None)):
+                                        shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
-    zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints))
-             for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework)
+    zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints)
+                       and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
+    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe)
+
+
+def _constrained(name: str, constraints: dict[str, Any]) -> bool:
+    """Whether a constraint excludes the dense value 1 of an expert degree."""
+    return name in constraints and not _allowed(name, 1, constraints)
 
 
 def _shown(rule: Any) -> str:

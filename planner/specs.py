@@ -586,6 +586,12 @@ class Layout(_Spec):
     """Data-parallel degree."""
     cp: PosInt = 1
     """Context-parallel degree."""
+    ep: PosInt = 1
+    """Expert-parallel degree (MoE): the routed experts of each layer split over ep GPUs (Megatron
+    --expert-model-parallel-size). The expert grid etp x ep x edp folds onto the same tp x cp x dp
+    GPUs of each pipeline stage."""
+    etp: PosInt | None = None
+    """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = tp, Megatron's default."""
     zero_stage: _count(3, lo=0) = 0
     """ZeRO stage: 1 shards optimizer states, 2 also grads, 3 also params (over dp*cp ranks)."""
     micro_batch_size: _count(MAX_BATCH) = 1
@@ -629,6 +635,17 @@ class Layout(_Spec):
         return self.vpp > 1 and self.overlap_p2p is not False
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree in effect: etp, else tp (Megatron's default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: tp*cp*dp / (ep*etp), the ranks that hold the same experts
+        (megatron-core parallel_state.initialize_model_parallel: expert_data_parallel_size)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
     def model_parallel(self) -> int:
         """GPUs in one model replica: tp * pp * cp."""
         return self.tp * self.pp * self.cp
@@ -644,6 +661,8 @@ class Layout(_Spec):
                  f"mbs{self.micro_batch_size}", f"rc={self.recompute.value}"]
         if self.recompute == Recompute.FULL and self.recompute_num_layers is not None:
             parts[-1] += f"({self.recompute_num_layers})"
+        if self.ep > 1 or self.etp is not None:
+            parts.insert(4, f"ep{self.ep}" + (f" etp{self.etp}" if self.etp is not None else ""))
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         if self.sequence_parallel:

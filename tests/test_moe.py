@@ -1,5 +1,6 @@
 """Mixture-of-Experts and multi-latent attention models: the parameter counts against the published
-totals and active counts, the Hugging Face import, and the refusal to price their layouts (yet)."""
+totals and active counts, the Hugging Face import, expert-parallel layouts (rules, ledger, time,
+search, launch flags) and the refusal of what is not priced (multi-latent attention, leading dense layers)."""
 
 from __future__ import annotations
 
@@ -66,16 +67,14 @@ def test_hf_import_of_mixtral_and_qwen3_moe():
         model_from_hf_config(dict(mixtral, architectures=["LlamaForCausalLM"]), "x")
 
 
-def test_moe_layouts_are_refused_not_approximated():
-    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
-    t = TrainingSpec(global_batch_size=64, seq_length=4096)
-    with pytest.raises(PlannerError, match="model.moe: mixtral-8x7b is a Mixture-of-Experts model"):
-        planner.evaluate(m, c, t, Layout(tp=8, dp=2))
-    with pytest.raises(PlannerError, match="not priced yet"):
-        planner.plan(m, c, t)
+def test_unpriced_moe_architectures_are_refused_not_approximated():
+    m, c = planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=32)
+    t = TrainingSpec(global_batch_size=1024, seq_length=4096)
+    with pytest.raises(PlannerError, match="first_dense_layers: deepseek-v3 starts with 3 dense layers"):
+        planner.evaluate(m, c, t, Layout(tp=8, pp=8, dp=4, ep=8, sequence_parallel=True))
     err = io.StringIO()
     assert main(["plan", "deepseek-v3", "dgx-h100", "--nodes", "32"], stdout=io.StringIO(), stderr=err) == 2
-    assert err.getvalue().count("\n") == 1 and "671.0B parameters, 37.6B active" in err.getvalue()
+    assert err.getvalue().count("\n") == 1 and "dense layers" in err.getvalue()
     out = io.StringIO()
     assert main(["ledger", "deepseek-v3"], stdout=out, stderr=io.StringIO()) == 0
     assert "671.03B parameters (37.55B active" in out.getvalue()
@@ -101,3 +100,123 @@ def test_expert_sharding_in_the_static_ledger():
         moe_static_memory(m, tp=3, pp=1, dp=2, ep=3, etp=1)
     out = io.StringIO()
     assert main(["ledger", "mixtral-8x7b", "--ep", "8", "--etp", "1", "--json"], stdout=out, stderr=io.StringIO()) == 0
+
+
+def test_expert_parallel_rules_name_the_broken_one():
+    from planner.space import layout_problems
+
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+
+    def problems(**kw):
+        return " | ".join(layout_problems(m, c, t, Layout(**{"dp": 16, **kw})))
+
+    assert problems(ep=8, etp=1) == ""
+    assert "num_experts(8) % ep(16)" in problems(ep=16)
+    assert "is not a multiple of ep(8)*etp(4)" in problems(tp=2, dp=8, ep=8, etp=4, sequence_parallel=True)
+    assert "needs sequence_parallel" in problems(tp=2, dp=8, ep=4)
+    assert "ZeRO 0 or 1" in problems(ep=8, zero_stage=3)
+    assert "tp-cp-dp-pp only" in problems(ep=8, pp=2, dp=8, rank_order="tp-cp-pp-dp")
+    dense = planner.load_model("llama3-8b")
+    assert "need a Mixture-of-Experts model" in " ".join(layout_problems(dense, c, t, Layout(dp=16, ep=2)))
+    with pytest.raises(PlannerError, match="ep/etp.*dense"):
+        planner.plan(dense, c, t, ep=2)
+    for fw in ("deepspeed", "torchtitan"):
+        with pytest.raises(PlannerError, match="Megatron only"):
+            planner.plan(m, c, t, framework=fw)
+
+
+def test_moe_static_items_by_hand():
+    # Mixtral, tp 2 dp 8 ep 8 etp 1 on 16 H100, ZeRO-1, bf16 grads, one stage. Routed experts
+    # 32 x 8 x 3 x 4096 x 14336 = 45,097,156,608, the rest 1,605,636,096. A GPU holds the rest / tp and
+    # experts / (ep etp); Adam states: the rest over dp 8, experts over edp = tp dp / (ep etp) = 2.
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16")
+    lay = Layout(tp=2, dp=8, ep=8, etp=1, zero_stage=1, sequence_parallel=True)
+    dense, experts = 1_605_636_096 / 2, 45_097_156_608 / 8
+    st = planner.evaluate(m, c, t, lay).memory.stages[0]
+    assert lay.edp == 2
+    assert st.get("weights") == pytest.approx(2 * (dense + experts))
+    assert st.get("gradients") == pytest.approx(2 * (dense + experts))
+    assert st.get("optimizer") == pytest.approx(12 * dense / 8 + 12 * experts / 2)
+
+
+def test_routed_activations_by_hand():
+    # Qwen3-30B-A3B, b 1, s 4096, one GPU (tp 1, etp 1), BF16, flash attention, no recompute.
+    # Attention side per [MemRef §2b] with q = 32 x 128 = 4096, h_kv = 4 x 128 = 512, a = 32:
+    # sb (2h x 4 + 8 + 2q x 2 + 2 h_kv x 2 + 2 (q + h_kv) + 4a) = 4096 x 44,168 = 180,912,128
+    # (the norm-2 output is the router's input; no shared experts). Routed side, N = 4096 tokens x top 8:
+    # router 8 N E = 4,194,304; FC1 input 2 (8N) h = 134,217,728; SwiGLU input 2 (8N) 2 f_e = 100,663,296;
+    # FC2 input 2 (8N) f_e = 50,331,648.
+    from planner.memory import activation_bytes_per_layer, moe_routed_bytes
+
+    m = planner.load_model("qwen3-30b-a3b")
+    routed = 4_194_304 + 134_217_728 + 100_663_296 + 50_331_648
+    assert moe_routed_bytes(m, 4096, 1) == routed
+    assert activation_bytes_per_layer(m, 1, 4096) == 180_912_128 + routed
+    # tp 2 with SP and etp 2: N = 2048 per GPU, each receives N x 8 x etp rows, f_e / 2 wide
+    assert moe_routed_bytes(m, 2048, 2) == 8 * 2048 * 128 + 2 * 32768 * 2048 + 2 * 32768 * 768 + 2 * 32768 * 384
+    # FP8: the expert GEMM inputs at 1 B
+    assert moe_routed_bytes(m, 4096, 1, fp8_inputs=True) == routed - 134_217_728 // 2 - 50_331_648 // 2
+
+
+def test_alltoall_by_hand():
+    # 1e11 bytes per GPU (past the last measured size: full busbw). EP 8 in one DGX H100: 7/8 over NVLink
+    # at the ring busbw 370 GB/s + 25 us. EP 16 over two nodes: 8/16 leaves the node on the GPU's own
+    # 47 GB/s NIC, 7/16 crosses NVLink at the same time; + 20 us.
+    from planner.comm import alltoall_time
+    from planner.topology import placement
+
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    assert alltoall_time(c, placement(c, (8, 1)), 1e11) == pytest.approx(25e-6 + 1e11 * 7 / 8 / 370e9)
+    assert alltoall_time(c, placement(c, (16, 1)), 1e11) == pytest.approx(20e-6 + 1e11 * 8 / 16 / 47e9)
+    nvl72 = planner.load_cluster("gb200-nvl72", nodes=18)
+    assert placement(nvl72, (64, 1)).tier == "nvlink"  # EP 64 stays inside the rack
+
+
+def test_moe_flops_by_hand():
+    # Qwen3-30B-A3B per token, s 4096: 3 x (48 x (2 (h(q + 2 h_kv) + q h) + 2 h E + 2 x 3 h k f_e + 4 s q) + 2 h V)
+    from planner.cost import model_flops_per_token, moe_time
+
+    h, q, hkv, E, k, fe, s, V = 2048, 4096, 512, 128, 8, 768, 4096, 151936
+    per_layer = 2 * (h * (q + 2 * hkv) + q * h) + 2 * h * E + 2 * 3 * h * k * fe + 4 * s * q
+    m = planner.load_model("qwen3-30b-a3b")
+    assert model_flops_per_token(m, s) == 3 * (48 * per_layer + 2 * h * V)
+    # one GPU of ep 8 (tp 1): router 2 N h E and the routed GEMMs 2 N k 3 h f_e, N = 4096, on a flat curve
+    c = planner.load_cluster("dgx-h100")
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    c = c.model_copy(update={"calibration": flat})
+    t = TrainingSpec(global_batch_size=64, seq_length=s)
+    got = moe_time(m, c, t, tp=1, cp=1, b=1, ep=8, etp=1).gemm
+    assert got == pytest.approx((2 * 4096 * h * E + 2 * 4096 * k * 3 * h * fe) / 989e12)
+
+
+def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
+    # Mixtral tp 1, dp 16, ep 8 on two DGX H100, ZeRO-0 without overlap: the non-expert gradients
+    # all-reduce over dp 16; each expert (experts / 8 per GPU) over edp 2, whose members are 8 ranks
+    # apart: GPU 0 and GPU 8, on two nodes.
+    from planner.comm import collective_time
+    from planner.cost import stage_dp_time
+    from planner.topology import placement
+
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16")
+    lay = Layout(dp=16, ep=8, etp=1)
+    edp = placement(c, (2, 8))
+    assert edp.tier == "scaleout" and edp.nodes == 2
+    want = (collective_time(c, placement(c, (16, 1)), "allreduce", 2 * 1_605_636_096)
+            + collective_time(c, edp, "allreduce", 2 * 45_097_156_608 / 8))
+    assert stage_dp_time(m, c, t, lay, 0, 32) == pytest.approx(want)
+
+
+def test_plan_chooses_expert_parallelism_and_explains_it():
+    from planner.explain import explain
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=1024, seq_length=4096, fp8="blockwise")
+    r = planner.plan(m, c, t, top_k=3, time_limit_s=60)
+    assert r.status == "optimal" and r.best.layout.ep > 1
+    assert r.best.time.breakdown()["ep_comm"] > 0
+    lines = explain(m, c, t, sensitivities=False, time_limit_s=60)
+    assert any("all-to-all moves" in x and "NVLink domain" in x for x in lines), lines
+    assert any(x.startswith("Same layout with ep") for x in lines), lines

@@ -269,3 +269,26 @@ def test_megatron_accepts_bf16_adam_states(megatron_path):
     r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])[0]
     assert r.ok, r.line()
     assert r.details["precision_aware_optimizer"] and r.details["exp_avg_dtype"] == "torch.bfloat16"
+
+
+def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
+    """Searched MoE plans (Mixtral, Qwen3-30B-A3B; etp = tp and etp = 1) are accepted, and Megatron's
+    own process groups have the plan's expert degrees: ep, etp and edp = tp cp dp / (ep etp)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    plans = []
+    for ref, nodes, fp8, kw in (("qwen3-30b-a3b", 2, "blockwise", {}), ("mixtral-8x7b", 2, None, {"tp": 2, "etp": 1}),
+                                ("mixtral-8x7b", 4, None, {"tp": 4, "etp": 4})):
+        c = planner.load_cluster("dgx-h100", nodes=nodes)
+        r = plan(planner.load_model(ref), c, TrainingSpec(global_batch_size=512, seq_length=4096, fp8=fp8), top_k=2,
+                 structural=False, time_limit_s=60, **kw)
+        plans += [r.best, *r.alternatives[:1]]
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for p in plans])
+    for p, r in zip(plans, results):
+        lay = p.layout
+        assert r.ok, (lay.short(), r.line())
+        assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (lay.ep, lay.expert_tp, lay.edp), lay.short()
+        assert r.details["num_experts"] == p.model.moe.num_experts
+    assert any(p.layout.ep > 1 for p in plans)

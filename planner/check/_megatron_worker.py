@@ -46,6 +46,7 @@ def _validate(p: dict) -> dict:
     os.environ.update({"WORLD_SIZE": str(p["world_size"]), "RANK": "0", "LOCAL_RANK": "0", **p.get("env", {})})
     arch = int(p.get("gpu_arch", 9))
     A.get_device_arch_version = lambda: arch  # the target GPU's architecture (this CPU has none)
+    A.torch.cuda.get_device_capability = lambda *a, **k: (arch, 0)  # --moe-grouped-gemm asks torch directly
     stage = "argparse"
     try:
         with redirect_stdout(io.StringIO()):
@@ -79,8 +80,12 @@ def _validate(p: dict) -> dict:
                 pipeline_model_parallel_size=args.pipeline_model_parallel_size,
                 virtual_pipeline_model_parallel_size=vpp,
                 context_parallel_size=args.context_parallel_size,
+                expert_model_parallel_size=args.expert_model_parallel_size,
+                expert_tensor_parallel_size=args.expert_tensor_parallel_size,
                 create_gloo_process_groups=False,
             )
+            expert = {"ep": ps.get_expert_model_parallel_world_size(), "etp": ps.get_expert_tensor_parallel_world_size(),
+                      "edp": ps.get_expert_data_parallel_world_size()}
             stage = "layer_split"
             from megatron.core.transformer.transformer_block import get_num_layers_to_build
 
@@ -103,6 +108,8 @@ def _validate(p: dict) -> dict:
                "sequence_parallel": bool(args.sequence_parallel), "micro_batch_size": args.micro_batch_size,
                "global_batch_size": args.global_batch_size, "num_microbatches": m,
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
+               "num_experts": args.num_experts, "moe_router_topk": args.moe_router_topk if args.num_experts else None,
+               **expert,
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
                "fp8_param": bool(getattr(cfg, "fp8_param", False)),

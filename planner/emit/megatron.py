@@ -48,6 +48,18 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear"]
         if m.qkv_bias:
             a += ["--add-qkv-bias"]
+    if m.moe is not None:  # every layer an MoE layer (planner.space refuses leading dense layers)
+        e = m.moe
+        # priced as planner.cost.moe_time prices it: the all-to-all dispatcher, dropless (Megatron's
+        # default capacity None), TE grouped GEMMs over the local experts; the auxiliary loss only
+        # nudges the router toward the balance the cost model assumes
+        a += ["--num-experts", str(e.num_experts), "--moe-router-topk", str(e.top_k),
+              "--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size), "--moe-grouped-gemm",
+              "--moe-token-dispatcher-type", "alltoall", "--moe-router-load-balancing-type", "aux_loss",
+              "--moe-aux-loss-coeff", "1e-3",
+              "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
+        if e.shared_expert_ffn_hidden_size:
+            a += ["--moe-shared-expert-intermediate-size", str(e.shared_expert_ffn_hidden_size)]
     if m.positions == "rope":
         a += ["--position-embedding-type", "rope"]
     if not m.tied_embeddings:
