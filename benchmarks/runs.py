@@ -198,10 +198,10 @@ def _moe_model(r: dict) -> ModelSpec | str:
     """The row's architecture as a ModelSpec, or why the planner cannot express it."""
     mod = r["model"]
     att = str(mod.get("attention") or "")
-    if att != "gqa":
-        return f"attention '{att or 'unpublished'}' (only grouped-query attention is priced)"
-    if mod.get("moe_layer_pattern") or (mod.get("first_dense_layers") or 0) > 0:
-        return "mixed dense / MoE layers"
+    if att not in ("gqa", "mla"):
+        return f"attention '{att or 'unpublished'}' (grouped-query and multi-latent attention are priced)"
+    if mod.get("moe_layer_pattern"):
+        return "interleaved dense / MoE layers"
     missing = [k for k in ("n_layers", "hidden_size", "n_heads", "ffn_hidden_size", "vocab_size", "num_experts", "top_k")
                if mod.get(k) is None]
     if missing:
@@ -211,13 +211,36 @@ def _moe_model(r: dict) -> ModelSpec | str:
     if (mod.get("shared_experts") or 0) and not shared:
         shared = mod["shared_experts"] * fe
     head = mod.get("head_dim")
+    mla = None
+    if att == "mla":
+        mla = {k: mod[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_rope_head_dim", "v_head_dim")}
     return ModelSpec(
         name=r["model_name"], family="llama", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
-        num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads"),
+        num_attention_heads=mod["n_heads"], num_kv_heads=None if mla else mod.get("n_kv_heads"),
         kv_channels=head if head and head * mod["n_heads"] != mod["hidden_size"] else None,
         ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"],
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
-             "shared_expert_ffn_hidden_size": shared})
+             "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0},
+        mla=mla)
+
+
+def _stage_split(layers: int, stages: int) -> tuple[int, ...] | None:
+    """Decoder layers per virtual stage where they do not divide evenly: Megatron's embedding/loss
+    accounting when that divides (account_for_ends_split), else Megatron-Bridge's DeepSeek-V3 rule:
+    full stages of ceil(L / stages) and the remainder on the last ((16, 1): 4 x 15 + 1; (8, 1):
+    8 x 7 + 5), or, where that overflows, one layer beside the embedding, two per stage and none
+    beside the loss (32 stages: 1 + 2 x 30 + 0) [NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/
+    recipes/deepseek/h100/deepseek_v3.py: _get_deepseek_v3_pipeline_layout; 25.09 perf layouts]."""
+    if stages == 1 or layers % stages == 0:
+        return None
+    ends = account_for_ends_split(layers, stages)
+    if ends is not None:
+        return ends
+    k = -(-layers // stages)
+    if layers - k * (stages - 1) >= 1:
+        return (k,) * (stages - 1) + (layers - k * (stages - 1),)
+    k = (layers - 1) // (stages - 2)
+    return (layers - k * (stages - 2),) + (k,) * (stages - 2) + (0,)
 
 
 def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str, str]]]:
@@ -252,7 +275,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=par.get("ep") or 1, etp=etp, zero_stage=1,
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=vpp, sequence_parallel=tp > 1,
                         overlap_grad_reduce=dp > 1, overlap_param_gather=dp > 1,
-                        pipeline_layers=account_for_ends_split(model.num_layers, pp * vpp))
+                        pipeline_layers=_stage_split(model.num_layers, pp * vpp))
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
                                 grad_dtype="bf16")
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))

@@ -32,6 +32,7 @@ from planner.memory import (
     adam_bytes,
     linear_params_per_gpu,
     param_gather_bytes,
+    dense_layers_on,
     param_shards,
     stage_layers,
 )
@@ -40,6 +41,8 @@ from planner.topology import group_placement, placement
 
 __all__ = [
     "layer_gemm_flops",
+    "attention_gemm_flops",
+    "mlp_gemm_flops",
     "model_flops_per_token",
     "gemm_efficiency",
     "StageTime",
@@ -67,29 +70,53 @@ ADAM_OTHER_BYTES = 8
 # 32 bytes of HBM traffic per local param with fp32 states, 20 with BF16 states.
 
 
-def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
-    """Forward FLOPs of each GEMM of one layer on one GPU, for `tokens` tokens (2 FLOPs per MAC).
+def attention_gemm_flops(model: ModelSpec, tokens: float, tp: int, sequence_parallel: bool = True) -> list[float]:
+    """Forward FLOPs of each attention GEMM of one layer on one GPU, for `tokens` tokens (2 FLOPs per MAC).
 
-    [MegatronFLOPs]: QKV h x (a d + 2 h_kv), out-proj a d x h, MLP 2 h f (GeLU) or 3 h f (SwiGLU)
-    (a d = h unless the model sets kv_channels).
+    [MegatronFLOPs]: QKV h x (a d + 2 h_kv), out-proj a d x h (a d = h unless the model sets
+    kv_channels). MLA [DeepSeek-V3 report §2.1.1; MLASelfAttention]: Q down h x r_q, KV down
+    h x (r_kv + d_rope) -- duplicated on every TP rank, each on its own sequence-parallel shard (all
+    tokens without SP) -- then Q up r_q x a (d_qk + d_rope) (h x that without r_q), KV up
+    r_kv x a (d_qk + d_v) and out-proj a d_v x h, split by tp.
     """
-    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
-    gemms = [2 * tokens * h * (hq + 2 * hkv) / tp, 2 * tokens * hq * h / tp]
+    h = model.hidden_size
+    if model.mla is None:
+        hkv, hq = model.kv_hidden, model.q_hidden
+        return [2 * tokens * h * (hq + 2 * hkv) / tp, 2 * tokens * hq * h / tp]
+    m, a = model.mla, model.num_attention_heads
+    own = tokens / tp if sequence_parallel else tokens
+    qk = m.qk_head_dim + m.qk_rope_head_dim
+    q = ([2 * own * h * m.q_lora_rank, 2 * tokens * m.q_lora_rank * a * qk / tp] if m.q_lora_rank is not None
+         else [2 * tokens * h * a * qk / tp])
+    return q + [2 * own * h * (m.kv_lora_rank + m.qk_rope_head_dim),
+                2 * tokens * m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) / tp,
+                2 * tokens * a * m.v_head_dim * h / tp]
+
+
+def mlp_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of a dense MLP's GEMMs on one GPU: 2 h f each for GeLU, fused gate||up 2 h 2f
+    then down 2 f h for SwiGLU [MegatronFLOPs]."""
+    h, f = model.hidden_size, model.ffn_hidden_size
     if model.family == Family.GPT:
-        gemms += [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
-    else:
-        gemms += [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]  # fused gate||up, then down
-    return gemms
+        return [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
+    return [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]
+
+
+def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of each GEMM of one dense layer on one GPU: attention_gemm_flops, then mlp_gemm_flops."""
+    return attention_gemm_flops(model, tokens, tp) + mlp_gemm_flops(model, tokens, tp)
 
 
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
-    """Forward FLOPs of QK^T and PV on one GPU: 4 b s_q s_k a d / tp, halved for a causal mask.
+    """Forward FLOPs of QK^T and PV on one GPU: 2 b s_q s_k a (d_qk + d_v) / tp (4 b s s a d when the
+    widths are equal), halved for a causal mask.
 
     With CP each GPU holds s/cp queries against all s keys [MegatronCP].
     ASSUMPTION: flash kernels skip fully masked blocks, so causal attention costs half (timing only;
     MFU uses the unmasked count, as Megatron's formula does).
     """
-    full = 4 * b * (s / cp) * s * model.q_hidden / tp
+    dqk, dv = model.core_head_dims
+    full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp
     return full / 2 if causal else full
 
 
@@ -97,16 +124,22 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     """Model FLOPs per trained token (forward + backward = 3x forward), no recompute.
 
     Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
-    (unmasked attention), plus the logits 2 h V; everything x 3. An MoE layer counts its active
-    MLP: router (h E), top_k routed and the shared experts (3 h f each) [MegatronFLOPs: moe terms].
+    (unmasked attention; 2 s a (d_qk + d_v) in general), plus the logits 2 h V; everything x 3. An MoE
+    layer counts its active MLP: router (h E), top_k routed and the shared experts (3 h f each)
+    [MegatronFLOPs: moe terms]; the leading dense layers count a dense MLP.
     """
-    per_layer = sum(layer_gemm_flops(model, 1, 1)) + 4 * seq_length * model.q_hidden
+    dqk, dv = model.core_head_dims
+    attention = sum(attention_gemm_flops(model, 1, 1)) + 2 * seq_length * model.num_attention_heads * (dqk + dv)
+    dense = sum(mlp_gemm_flops(model, 1, 1))
+    layers = model.num_layers * attention
     if model.moe is not None:  # the MLP is the router, the top-k routed experts and the shared ones
-        e, h = model.moe, model.hidden_size
-        per_layer += 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size)) \
-            - sum(layer_gemm_flops(model, 1, 1)[2:])
+        e, h, k = model.moe, model.hidden_size, model.moe.first_dense_layers
+        moe = 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size))
+        layers += (model.num_layers - k) * moe + k * dense
+    else:
+        layers += model.num_layers * dense
     logits = 2 * model.hidden_size * model.vocab_size
-    return 3 * (model.num_layers * per_layer + logits)
+    return 3 * (layers + logits)
 
 
 @lru_cache(maxsize=64)
@@ -141,36 +174,54 @@ no counterpart): each forward casts the BF16 weight (read 2 B, write 1 B) and ea
 again along the other axis for dgrad [torchao float8/float8_linear.py: matmul_with_hp_or_float8_args]."""
 
 
-def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None) -> tuple[float, float]:
+def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None, dense: bool = False) -> tuple[float, float]:
     """Elements per token one GPU quantises for the FP8 linear layers of one layer: (forward, backward).
 
     Forward: the inputs of QKV (h), out-proj (a d / tp), FC1 (h) and FC2 (f / tp); backward: the
     output gradients of QKV ((a d + 2 h_kv) / tp), out-proj (h), FC1 (f or 2f gated, / tp) and FC2
     (h). QKV and FC1 inputs are the full hidden size on every TP rank (gathered under sequence
     parallelism; the all-gather is priced in BF16, see tp_fwd). Weights are quantised once per step
-    and cached across micro-batches (TE's is_first_microbatch) -- not counted.
+    and cached across micro-batches (TE's is_first_microbatch) -- not counted. An MoE layer's MLP:
+    _moe_cast_elements; MLA's projections: _attention_cast_elements.
     """
-    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
-    if model.moe is not None:
-        return _moe_cast_elements(model, tp, etp)
+    h, f = model.hidden_size, model.ffn_hidden_size
+    af, ab = _attention_cast_elements(model, tp)
+    if model.moe is not None and not dense:
+        mf, mb = _moe_cast_elements(model, tp, etp)
+        return af + mf, ab + mb
     up = 2 * f if model.family != Family.GPT else f
-    fwd = h + hq / tp + h + f / tp
-    bwd = (hq + 2 * hkv) / tp + h + up / tp + h
+    return af + h + f / tp, ab + up / tp + h
+
+
+def _attention_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """(forward, backward) elements per token of the attention's FP8 GEMM operands. MLA: forward the
+    down-projection input (h on the rank's own 1/tp of the tokens), the up-projection inputs (r_q,
+    r_kv, gathered) and the out-proj input (a d_v / tp); backward the output gradients of the down-
+    (r_q + r_kv + d_rope, own tokens) and up-projections (a (d_qk + d_rope) / tp, a (d_qk + d_v) / tp)
+    and out-proj (h)."""
+    h = model.hidden_size
+    if model.mla is None:
+        hkv, hq = model.kv_hidden, model.q_hidden
+        return h + hq / tp, (hq + 2 * hkv) / tp + h
+    m, a = model.mla, model.num_attention_heads
+    rq, qk = m.q_lora_rank or 0, m.qk_head_dim + m.qk_rope_head_dim
+    fwd = (h if rq else 0) / tp + h / tp + rq + m.kv_lora_rank + a * m.v_head_dim / tp
+    if not rq:  # Q projected from the (gathered) hidden state
+        fwd += h
+    bwd = (rq + m.kv_lora_rank + m.qk_rope_head_dim) / tp + a * qk / tp + a * (m.qk_head_dim + m.v_head_dim) / tp + h
     return fwd, bwd
 
 
 def _moe_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[float, float]:
-    """fp8_cast_elements of an MoE layer: attention as dense; shared experts as a dense MLP of f_s;
-    the routed experts' grouped GEMMs see top_k x etp / tp rows per token of the layout (FC1 input h
+    """The MLP part of fp8_cast_elements for an MoE layer: shared experts as a dense MLP of f_s; the
+    routed experts' grouped GEMMs see top_k x etp / tp rows per token of the layout (FC1 input h
     and FC2 input f_e / etp forward; their output gradients 2 f_e / etp and h backward)."""
-    h, hkv, hq, e = model.hidden_size, model.kv_hidden, model.q_hidden, model.moe
+    h, e = model.hidden_size, model.moe
     fs, fe, etp = e.shared_expert_ffn_hidden_size, e.expert_ffn_hidden_size, tp if etp is None else etp
     rows = e.top_k * etp / tp
     shared_f = (h + fs / tp) if fs else 0.0
     shared_b = (2 * fs / tp + h) if fs else 0.0
-    fwd = h + hq / tp + shared_f + rows * (h + fe / etp)
-    bwd = (hq + 2 * hkv) / tp + h + shared_b + rows * (2 * fe / etp + h)
-    return fwd, bwd
+    return shared_f + rows * (h + fe / etp), shared_b + rows * (2 * fe / etp + h)
 
 
 @dataclass(frozen=True)
@@ -188,10 +239,12 @@ class LayerTime:
     ep_bwd: float = 0.0
 
 
-def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> LayerTime:
+def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
+                dense: bool = False) -> LayerTime:
+    """One layer's times; dense: one of an MoE model's leading dense layers."""
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
                           layout.sequence_parallel, layout.tp_comm_overlap, layout.ep,
-                          layout.expert_tp)  # tp, cp, etp, ep: the innermost axes either way
+                          layout.expert_tp, dense)  # tp, cp, etp, ep: the innermost axes either way
 
 
 MOE_PERMUTE_BYTES = 4
@@ -210,7 +263,7 @@ class MoETime:
     memory: float
     """Token permutations."""
     tp: float
-    """Sequence-parallel all-gather + reduce-scatter of the shared experts (exposed share applied)."""
+    """Sequence-parallel all-gather + reduce-scatter of the shared experts."""
     ep: float
     """Dispatch and combine: the EP all-to-alls, and the ETP all-gather / reduce-scatter."""
 
@@ -245,7 +298,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
             group = placement(cluster, (tp, 1))
             nbytes = 2 * tokens * h
             tp_t = (collective_time(cluster, group, "allgather", nbytes)
-                    + collective_time(cluster, group, "reducescatter", nbytes)) * cluster.calibration.tp_comm_exposed
+                    + collective_time(cluster, group, "reducescatter", nbytes))
     gpu, cal = cluster.gpu, cluster.calibration
     moved = 2 * (n * e.top_k * h + (rows * h if local > 1 else 0.0))  # elements: permute (+ sort), each undone in combine
     memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
@@ -262,15 +315,17 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
 
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
-                   sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1) -> LayerTime:
+                   sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1,
+                   dense: bool = False) -> LayerTime:
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
     fp8 = training.fp8 is not None
-    gemm_each = [_gemm_time(cluster, [f], fp8) for f in layer_gemm_flops(model, tokens, tp)]  # QKV, proj, FC1, FC2
-    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp) if model.moe is not None else None
-    if moe is not None:  # the MLP is the MoE block
-        gemm_each[2:] = []
+    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp) if model.moe is not None and not dense else None
+    flops = attention_gemm_flops(model, tokens, tp, sequence_parallel)
+    if moe is None:  # else the MLP is the MoE block
+        flops += mlp_gemm_flops(model, tokens, tp)
+    gemm_each = [_gemm_time(cluster, [f], fp8) for f in flops]  # dense GQA: QKV, proj, FC1, FC2
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
@@ -285,7 +340,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     elem_t = elem / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     cast_fwd = cast_bwd = 0.0
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
-        cf, cb = fp8_cast_elements(model, tp, etp)
+        cf, cb = fp8_cast_elements(model, tp, etp, dense)
         cast_fwd = FP8_CAST_BYTES * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         cast_bwd = FP8_CAST_BYTES * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         if training.fp8 not in TE_FP8_RECIPES:  # torchao: the weights are cast in every forward and backward
@@ -297,7 +352,9 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     fwd = gemm + attn + elem_t + cast_fwd
     bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
-    # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2].
+    # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2]. MLA (SP) gathers
+    # its up-projections' inputs instead (r_q or h, r_kv) and the RoPE key (d_rope) [MLASelfAttention.
+    # get_query_key_value_tensors]; an MoE layer's MLP pair is its shared experts' (MoE requires SP).
     tp_fwd = tp_bwd = 0.0
     if tp > 1:
         group = placement(cluster, (tp, 1))
@@ -305,11 +362,16 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         if sequence_parallel:
             ag = collective_time(cluster, group, "allgather", nbytes)
             rs = collective_time(cluster, group, "reducescatter", nbytes)
-            tp_fwd = tp_bwd = 2 * (ag + rs) * cal.tp_comm_exposed
+            attn_pair = mlp_pair = ag + rs
+            if model.mla is not None:
+                m = model.mla
+                attn_pair = rs + sum(collective_time(cluster, group, "allgather", 2 * tokens * w)
+                                     for w in (m.q_lora_rank or model.hidden_size, m.kv_lora_rank, m.qk_rope_head_dim))
         else:
-            tp_fwd = tp_bwd = 2 * collective_time(cluster, group, "allreduce", nbytes) * cal.tp_comm_exposed
-        if moe is not None:  # the attention's pair, and the shared experts' (MoE requires SP)
-            tp_fwd = tp_bwd = tp_fwd / 2 + moe.tp
+            attn_pair = mlp_pair = collective_time(cluster, group, "allreduce", nbytes)
+        if moe is not None:
+            mlp_pair = moe.tp
+        tp_fwd = tp_bwd = (attn_pair + mlp_pair) * cal.tp_comm_exposed
         if tp_comm_overlap:
             tp_fwd, tp_bwd = _tp_overlap_exposed(gpu, gemm_each, ag, rs)
     # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
@@ -317,7 +379,10 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     cp_fwd = cp_bwd = 0.0
     if cp > 1:
         group = placement(cluster, (cp, tp))
-        kv_bytes = 2 * 2 * b * (s / cp) * model.kv_hidden / min(tp, model.kv_heads)
+        if model.mla is None:  # K and V of the rank's KV heads (replicated when tp exceeds them)
+            kv_bytes = 2 * 2 * b * (s / cp) * model.kv_hidden / min(tp, model.kv_heads)
+        else:  # MLA's up-projected K (d_qk + d_rope) and V (d_v) of the rank's heads
+            kv_bytes = 2 * b * (s / cp) * model.num_attention_heads * sum(model.core_head_dims) / tp
         step = p2p_time(cluster, group.tier, kv_bytes)
         attn_step = attn / cp
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
@@ -390,8 +455,8 @@ class StageCoefficients:
 
         units(n) = per_layer * n + per_recomputed * recomputed(n) + fixed + max(0, p2p - p2p_hidden * n)
 
-    (fixed: the logits GEMM on the last rank; p2p: its sends; p2p_hidden: the send time one layer's
-    forward hides when interleaved p2p overlaps). The CP-SAT model reads these integers with n as a
+    (fixed: the logits GEMM on the last rank and the leading dense layers on the first; p2p: its
+    sends; p2p_hidden: the send time one layer's forward hides when interleaved p2p overlaps). The CP-SAT model reads these integers with n as a
     variable; evaluate() reads the same ones with n fixed."""
 
     per_layer: int
@@ -463,6 +528,9 @@ class _Pieces:
     tp_per_layer: float
     cp_per_layer: float
     ep_per_layer: float
+    offsets: tuple[float, float, float, float, float]
+    """The fixed part by term (compute, recompute, TP, CP, EP): the logits, and the leading dense
+    layers' difference from MoE layers on the first rank."""
 
 
 def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int) -> _Pieces:
@@ -481,14 +549,27 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     # [megatron-core 0.19.2 pipeline_parallel/schedules.py, overlap_p2p_comm], exposing the excess:
     # 2v max(0, send - (n/v) fwd) = max(0, 2v send - 2 n fwd).
     hidden = 2 * lt.fwd if layout.p2p_overlapped else 0.0
+    compute, rc, tpc, cpc, epc = _layer_terms(lt, layout)
+    offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
+    d = dense_layers_on(model, layout, stage)
+    if d:  # the leading dense layers replace as many MoE layers (recomputed first)
+        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, training, layout, dense=True), layout),
+                                       (compute, rc, tpc, cpc, epc))]
+        weights = (d, recomputed_layers(layout, d), d, d, d)
+        offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
+    return _Pieces(compute + tpc + cpc + epc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
+                   tuple(offsets))
+
+
+def _layer_terms(lt: LayerTime, layout: Layout) -> tuple[float, float, float, float, float]:
+    """One layer's (compute, recompute, TP, CP, EP) seconds per micro-batch."""
     if layout.recompute == Recompute.SELECTIVE:
         rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
     elif layout.recompute == Recompute.FULL:
         rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  # a whole extra forward, TP and MoE dispatch included
     else:
         rc = 0.0
-    compute, tpc, cpc, epc = lt.fwd + lt.bwd, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd, lt.ep_fwd + lt.ep_bwd
-    return _Pieces(compute + tpc + cpc + epc, rc, logits, 2 * v * send, hidden, compute, tpc, cpc, epc)
+    return lt.fwd + lt.bwd, rc, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd, lt.ep_fwd + lt.ep_bwd
 
 
 def _coefficients(q: _Pieces) -> StageCoefficients:
@@ -497,9 +578,10 @@ def _coefficients(q: _Pieces) -> StageCoefficients:
 
 
 def _time(layout: Layout, q: _Pieces, stage: int, layers: int) -> StageTime:
-    return StageTime(stage, layers, layers * q.compute_per_layer + q.fixed,
-                     recomputed_layers(layout, layers) * q.per_recomputed, layers * q.tp_per_layer,
-                     layers * q.cp_per_layer, max(0.0, q.p2p - q.p2p_hidden * layers), layers * q.ep_per_layer)
+    o = q.offsets
+    return StageTime(stage, layers, layers * q.compute_per_layer + o[0],
+                     recomputed_layers(layout, layers) * q.per_recomputed + o[1], layers * q.tp_per_layer + o[2],
+                     layers * q.cp_per_layer + o[3], max(0.0, q.p2p - q.p2p_hidden * layers), layers * q.ep_per_layer + o[4])
 
 
 def stage_coefficients(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -521,8 +603,8 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """
     layers = stage_layers(model, layout)
     p = layout.pp
-    inner = _pieces(model, cluster, training, layout, 0) if p > 1 else None  # every rank but the last
-    pieces = [inner if i < p - 1 else _pieces(model, cluster, training, layout, i) for i in range(p)]
+    by_kind = {r: _pieces(model, cluster, training, layout, r) for r in {0, min(1, p - 1), p - 1}}
+    pieces = [by_kind[i if i in (0, p - 1) else 1] for i in range(p)]  # the middle ranks are alike
     stages = tuple(_time(layout, q, i, n) for i, (q, n) in enumerate(zip(pieces, layers)))
     units = tuple(_coefficients(q).units(n, recomputed_layers(layout, n)) for q, n in zip(pieces, layers))
     return PipelineTime(stages, num_microbatches(training, layout), layout.vpp, units)

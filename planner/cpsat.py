@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 from planner.cost import StageCoefficients, us_units, stage_coefficients, stage_optimizer_time, stage_update_time
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
-from planner.space import Space
+from planner.space import Space, first_rank_min_layers
 from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["Rows", "build_rows", "Model", "build_model", "solver", "TIME_CAP_US", "MEM_CAP_MIB"]
@@ -68,6 +68,9 @@ class PipeRow:
     v: int
     min_layers: int
     """Layers every rank must hold (a partial recompute of R layers needs n >= R)."""
+    first_min: int
+    """Layers the first rank must hold (>= min_layers): an MoE model's leading dense layers
+    (planner.space.first_rank_min_layers)."""
     recompute: str
     """'none' (rc(n) = 0), 'all' (rc(n) = n) or 'fixed' (rc(n) = min_layers)."""
     time: tuple[StageCoefficients, ...]
@@ -152,19 +155,20 @@ class Rows:
         L = self.num_layers
         p = len(pr.time)
         caps = [_most_layers(pr.act[r], sr.mem[r], cap_mib, L - p + 1) for r in range(p)]
-        if not self.space.free_split:  # even splits only
+        if not self.space.free_split:  # even splits only (build_space checked the first rank's minimum)
             return (L // p,) * p if min(caps) >= max(L // p, pr.min_layers) else None
-        if min(caps) < pr.min_layers or sum(caps) < L or pr.min_layers * p > L:
+        mins = [pr.first_min] + [pr.min_layers] * (p - 1)
+        if any(c < lo for c, lo in zip(caps, mins)) or sum(caps) < L or sum(mins) > L:
             return None
         if self.space.first_last_only and p > 2:  # equal middle ranks: the largest middle count that leaves a fit
             lo = pr.min_layers
             for k in range(min(caps[1:-1]), lo - 1, -1):
                 rest = L - (p - 2) * k
                 first = min(caps[0], rest - lo)
-                if first >= lo and lo <= rest - first <= caps[-1]:
+                if first >= pr.first_min and lo <= rest - first <= caps[-1]:
                     return (first, *[k] * (p - 2), rest - first)
             return None
-        split, left = [pr.min_layers] * p, L - pr.min_layers * p
+        split, left = mins, L - sum(mins)
         for r in range(p):
             extra = min(caps[r] - split[r], left)
             split[r] += extra
@@ -285,7 +289,8 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
             kind, lo = _rc_kind(rc)
             coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
             times = tuple(coef[_position(r, p)] for r in range(p))
-            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, kind, times, 0)
+            first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
+            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0)
             row.lower = _pipe_lower(L, row)
             if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
                 t.too_slow += 1
@@ -409,6 +414,8 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
         if row.min_layers > 1:
             for r in range(p):
                 m.add(n[r] >= row.min_layers).only_enforce_if(lit)
+        if row.first_min > row.min_layers:
+            m.add(n[0] >= row.first_min).only_enforce_if(lit)
         for r in range(p):
             c = row.time[r]
             rc = {"none": 0, "all": c.per_recomputed * n[r], "fixed": c.per_recomputed * row.min_layers}[row.recompute]

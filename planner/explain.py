@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.cost import model_flops_per_token
 from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, static_memory
 from planner.plans import evaluate
@@ -51,11 +52,13 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     where = ("inside one NVLink domain" if group.tier in ("nvlink", "local") else
              f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
     per_gpu = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp) * e.top_k * model.hidden_size * 2
-    ep_s = b.time.breakdown()["ep_comm"]
+    pipe = b.time.pipeline  # the rank that spends most on dispatch (the slowest may hold dense layers only)
+    ep_s = max(st.ep_comm for st in pipe.stages) * pipe.num_microbatches
     out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
            f"{where}: each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch, "
-           f"{ep_s:.2f} s of the step ({ep_s / b.step_time_s:.0%}); tokens are assumed balanced over the experts."]
+           f"{ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); tokens are assumed "
+           "balanced over the experts."]
     alts = []
     for ep in (lay.ep // 2, lay.ep * 2):
         if ep < 1 or lay.ep % 2:
@@ -119,7 +122,9 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                                      sequence_parallel=lay.sequence_parallel, attention=training.attention)
     half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), tp=lay.tp, cp=lay.cp,
                                       sequence_parallel=lay.sequence_parallel, attention=training.attention)
-    attn_share = 4 * s * model.q_hidden / (2 * model.params_per_layer)  # [Korthikanti22 Eq. 7]: s/6h against 1
+    dqk, dv = model.core_head_dims  # the attention core's FLOPs against the layers' [Korthikanti22 Eq. 7]
+    core = 2 * s * model.num_attention_heads * (dqk + dv) * model.num_layers
+    attn_share = core / (model_flops_per_token(model, s) / 3 - core)
     lines.append(f"Sequence length {s}: one layer's activations are {act / GiB:.2f} GiB per micro-batch per GPU "
                  f"({half / GiB:.2f} GiB at half the length); attention is {attn_share / (1 + attn_share):.0%} of a layer's "
                  f"model FLOPs" + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))

@@ -228,6 +228,37 @@ def _llama_terms(
     return terms
 
 
+def _mla_terms(b: int, s: float, h: int, a: int, m, f: int) -> list[tuple[float, str]]:
+    """Multi-latent attention layer terms (flash attention, fused RoPE) from Megatron's forward
+    [Megatron-LM@d98e8a6 megatron/core/transformer/multi_latent_attention.py: MLASelfAttention.
+    get_query_key_value_tensors]: the down-projections (duplicated, on the sequence-parallel shard)
+    share the norm output; each latent RMSNorm keeps its input and rstd; each up-projection (column
+    parallel) its sequence-parallel input; the fused RoPE writes new Q and K (a (d_qk + d_rope) wide)
+    and V (a d_v), which flash attention keeps with its fp32 logsumexp and output; then the llama MLP."""
+    sb, qk, rope, v = s * b, m.qk_head_dim, m.qk_rope_head_dim, m.v_head_dim
+    terms = [
+        (2 * sb * h, "R"),  # RMSNorm1 input
+        (4 * sb, "R"),  # RMSNorm1 rstd
+        (2 * sb * h, "R"),  # down-projection input (the norm output)
+    ]
+    if m.q_lora_rank is not None:
+        terms += [(2 * sb * m.q_lora_rank, "R"), (4 * sb, "R"), (2 * sb * m.q_lora_rank, "R")]  # q norm in, rstd, q_up in
+    terms += [
+        (2 * sb * m.kv_lora_rank, "R"), (4 * sb, "R"), (2 * sb * m.kv_lora_rank, "R"),  # kv norm in, rstd, kv_up in
+        (2 * sb * a * (qk + rope), "T"),  # Q after RoPE
+        (2 * sb * a * (qk + rope), "T"),  # K after RoPE
+        (2 * sb * a * v, "T"),  # V
+        (4 * a * sb, "C"),  # fp32 logsumexp
+        (2 * sb * a * v, "T"),  # attention output = out-proj input
+        (2 * sb * h, "R"),  # RMSNorm2 input
+        (4 * sb, "R"),  # RMSNorm2 rstd
+        (2 * sb * h, "R"),  # FC1 (gate||up) GEMM input
+        (4 * sb * f, "T"),  # SwiGLU input
+        (2 * sb * f, "T"),  # FC2 input
+    ]
+    return terms
+
+
 @memo()
 def activation_bytes_per_layer(
     model: ModelSpec,
@@ -242,6 +273,7 @@ def activation_bytes_per_layer(
     rope_fusion: bool = True,
     fp8_inputs: bool = False,
     etp: int | None = None,
+    moe_layer: bool = True,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -269,6 +301,7 @@ def activation_bytes_per_layer(
             so FP8 adds a 1 B copy (without recompute) or replaces it (selective recompute drops the
             core's copy).
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
+        moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
 
     Returns:
         Bytes per layer.
@@ -294,11 +327,13 @@ def activation_bytes_per_layer(
     if rc == Recompute.FULL:
         return 2 * s_loc * b * h / sp_div  # only the layer input [Korthikanti22, Table 2]
     flash = attention == "flash"
-    moe = model.moe
+    moe = model.moe if moe_layer else None
     if moe is not None:  # the MLP is the shared experts (its FC1 input is also the router's input)
         f = moe.shared_expert_ffn_hidden_size
     if model.family == Family.GPT:
         terms = _gpt_terms(b, s_loc, h, a, f, s, flash)
+    elif model.mla is not None:
+        terms = _mla_terms(b, s_loc, h, a, model.mla, f)
     else:
         terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion)
     total = 0.0
@@ -310,12 +345,17 @@ def activation_bytes_per_layer(
         div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
         total += nbytes / div
     if fp8_inputs:
-        q = model.q_hidden
-        # QKV and FC1 inputs: 2 B -> 1 B; an MoE layer's norm output stays BF16 for the router, so its
-        # shared-expert FC1 adds a 1 B copy instead (none without shared experts)
-        total -= s_loc * b * h / sp_div * (2 if moe is None else (0 if f else 1))
-        total -= s_loc * b * f / tp  # FC2 input
-        total += s_loc * b * q / tp * (-1 if rc == Recompute.SELECTIVE else 1)  # out-proj input (see above)
+        sb = s_loc * b
+        # attention: the QKV (MLA: down-projection) input 2 B -> 1 B, and MLA's up-projection inputs;
+        # the out-proj input is also flash attention's BF16 output (see above)
+        total -= sb * h / sp_div
+        if model.mla is not None:
+            total -= sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
+        total += sb * model.attention_out_width / tp * (-1 if rc == Recompute.SELECTIVE else 1)
+        # MLP: FC1 input 2 B -> 1 B; an MoE layer's norm output stays BF16 for the router, so a
+        # shared-expert FC1 adds a 1 B copy (none without shared experts); FC2 input 2 B -> 1 B
+        total += sb * h / sp_div * (-1 if moe is None else (1 if f else 0))
+        total -= sb * f / tp
     if moe is not None:
         total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs)
     return total
@@ -390,23 +430,44 @@ def layer_params(model: ModelSpec) -> int:
     return model.moe_layer_params[0] - routed_params_per_layer(model)
 
 
+def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """Leading dense layers (MoESpec.first_dense_layers) on pipeline rank `stage`. With an explicit
+    split they fill the virtual stages in Megatron's order (stage i on rank i % pp); otherwise all sit
+    on the first rank, whose first virtual stage planner.space requires to hold them (the search's
+    rows, with the split a variable, assume the same). The stage functions are affine in the rank's
+    layer count: `layers` counts them, and layers - dense_layers_on are MoE layers."""
+    k = model.moe.first_dense_layers if model.moe is not None else 0
+    if not k:
+        return 0
+    if layout.pipeline_layers is None:
+        return k if stage == 0 else 0
+    held = 0
+    for i, n in enumerate(layout.pipeline_layers):
+        take = min(n, k)
+        k -= take
+        held += take if i % layout.pp == stage else 0
+    return held
+
+
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
     """Non-expert parameters one GPU of pipeline `stage` holds (its TP slice); the routed experts
     are in param_shards.
 
     The embedding lives on the first stage and the output layer on the last; a tied embedding
     is held on both when pp > 1 (Megatron keeps a copy for the output projection).
-    ASSUMPTION: every weight is split by tp; the replicated norms, biases and router are < 0.1 % of a layer.
+    ASSUMPTION: every weight but MLA's duplicated down-projections is split by tp; the replicated
+    norms, biases and router are < 0.1 % of a layer.
     """
-    p = layout.pp
-    n = layers * layer_params(model)
+    p, dense = layout.pp, dense_layers_on(model, layout, stage)
+    n = (layers - dense) * layer_params(model) + dense * model.params_per_layer
     if stage == 0:
         n += model.embedding_params
     if stage == p - 1:
         n += model.output_params
         if model.tied_embeddings and p > 1:
             n += model.vocab_size * model.hidden_size
-    return n / layout.tp
+    dup = layers * model.mla_duplicated_params  # MLA's down-projections: whole on every TP rank
+    return (n - dup) / layout.tp + dup
 
 
 @dataclass(frozen=True)
@@ -431,7 +492,7 @@ def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> t
     dense = ParamShard(stage_params(model, layout, stage, layers), layout.dp * layout.cp, "dpcp")
     if model.moe is None:
         return (dense,)
-    experts = layers * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
+    experts = (layers - dense_layers_on(model, layout, stage)) * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
     return dense, ParamShard(experts, layout.edp, "edp")
 
 
@@ -542,7 +603,7 @@ def stage_static_items(
     if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them
-        items.append(MemoryItem("fp8_weights", layers * linear_params_per_gpu(model, layout) * FP8_WEIGHT_BYTES,
+        items.append(MemoryItem("fp8_weights", stage_linear_params(model, layout, stage, layers) * FP8_WEIGHT_BYTES,
                                 "FP8 row- and column-wise copies of the linear weights"))
     return items
 
@@ -555,7 +616,7 @@ def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout,
     shards = param_shards(model, layout, stage, layers)
     if not training.fp8_param_gather:
         return tuple(sh.params * PARAM_BYTES for sh in shards)
-    fp8 = layers * (linear_params_per_gpu(model, layout) - (shards[1].params / layers if len(shards) > 1 and layers else 0))
+    fp8 = stage_linear_params(model, layout, stage, layers) - sum(sh.params for sh in shards[1:])  # non-expert ones
     out = [(shards[0].params - fp8) * PARAM_BYTES + fp8]
     return tuple(out + [sh.params for sh in shards[1:]])
 
@@ -572,22 +633,41 @@ shared/reference/framework-mechanisms.md §4]; block and MXFP8 scales (one per 1
 
 
 def linear_params_per_layer(model: ModelSpec) -> int:
-    """Weights of one dense layer's four linear layers (QKV, out-proj, FC1 (gate and up), FC2); the
-    norms and biases are not FP8."""
-    h, f, hkv, hq = model.hidden_size, model.ffn_hidden_size, model.kv_hidden, model.q_hidden
+    """Weights of one dense layer's linear layers (QKV or MLA's projections, out-proj, FC1 (gate and
+    up), FC2); the norms and biases are not FP8."""
+    h, f = model.hidden_size, model.ffn_hidden_size
     up = 2 * f if model.family != Family.GPT else f
-    return h * (hq + 2 * hkv) + hq * h + h * up + f * h
+    return _attention_linear(model) + h * up + f * h
 
 
-def linear_params_per_gpu(model: ModelSpec, layout: Layout) -> float:
-    """FP8-capable linear weights of one layer on one GPU: the dense layer's four split by tp; for an
-    MoE layer the attention projections and shared experts split by tp and the routed experts by
-    ep x etp (the router stays in high precision)."""
-    if model.moe is None:
-        return linear_params_per_layer(model) / layout.tp
-    h, e = model.hidden_size, model.moe
-    attention = h * (model.q_hidden + 2 * model.kv_hidden) + model.q_hidden * h
-    return ((attention + 3 * h * e.shared_expert_ffn_hidden_size) / layout.tp
+def _attention_linear(model: ModelSpec) -> int:
+    """Linear weights of one layer's attention: QKV and out-proj; with MLA the down- and
+    up-projections and out-proj (the latent norms excluded)."""
+    if model.mla is None:
+        h, hkv, hq = model.hidden_size, model.kv_hidden, model.q_hidden
+        return h * (hq + 2 * hkv) + hq * h
+    m = model.mla
+    return model.attention_params - m.kv_lora_rank - (m.q_lora_rank or 0)
+
+
+def stage_linear_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
+    """FP8-capable linear weights one GPU of pipeline `stage` holds (its leading dense layers' included)."""
+    dense = dense_layers_on(model, layout, stage)
+    return (layers - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False)
+
+
+def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True) -> float:
+    """FP8-capable linear weights of one layer on one GPU: split by tp, but for MLA's duplicated
+    down-projections (whole on every rank); an MoE layer's routed experts split by ep x etp and its
+    shared experts by tp (the router stays in high precision). moe_layer=False: one of an MoE
+    model's leading dense layers."""
+    h, tp = model.hidden_size, layout.tp
+    dup = model.mla_duplicated_params - ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank if model.mla else 0)
+    attention = (_attention_linear(model) - dup) / tp + dup
+    if model.moe is None or not moe_layer:
+        return attention + (linear_params_per_layer(model) - _attention_linear(model)) / tp
+    e = model.moe
+    return (attention + 3 * h * e.shared_expert_ffn_hidden_size / tp
             + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
 
 
@@ -599,19 +679,32 @@ def stage_activation_items(
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
               fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp)
-    none_layer = activation_bytes_per_layer(model, b, s, recompute="none", **kw)
+    dense = dense_layers_on(model, layout, stage)
+
+    def layer_bytes(rc: str, moe_layer: bool = True) -> float:
+        return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, **kw)
+
+    def kept(rc: str, first: int) -> float:
+        """Bytes for one micro-batch of the rank's layers from index `first` on, with `rc`: its leading
+        dense layers come first."""
+        d = max(0, dense - first)
+        return (layers - first - d) * layer_bytes(rc) + (d * layer_bytes(rc, False) if d else 0.0)
+
     flight = in_flight_microbatches(layout, stage, m)
     items = []
-    if layout.recompute == Recompute.FULL:
-        n_rc = layers if layout.recompute_num_layers is None else min(layout.recompute_num_layers, layers)
-        full_layer = activation_bytes_per_layer(model, b, s, recompute="full", **kw)
-        per_mb = n_rc * full_layer + (layers - n_rc) * none_layer
+    if layout.recompute == Recompute.FULL:  # the first n_rc layers keep only their input
+        if layout.recompute_num_layers is None:
+            n_rc, per_mb = layers, layers * layer_bytes("full")
+        else:  # affine in the layers from n_rc on (the rank's dense layers are counted, whatever n)
+            n_rc = min(layout.recompute_num_layers, layers)
+            per_mb = n_rc * layer_bytes("full") + kept("none", n_rc)
         items.append(MemoryItem("activations", flight * per_mb, f"{flight:g} micro-batches in flight"))
         if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
-            items.append(MemoryItem("recompute_peak", none_layer, "one layer re-materialised in backward"))
+            peak = max(layer_bytes("none"), layer_bytes("none", False) if dense else 0.0)
+            items.append(MemoryItem("recompute_peak", peak, "one layer re-materialised in backward"))
     else:
-        per_layer = activation_bytes_per_layer(model, b, s, recompute=layout.recompute.value, **kw)
-        items.append(MemoryItem("activations", flight * layers * per_layer, f"{flight:g} micro-batches in flight"))
+        items.append(MemoryItem("activations", flight * kept(layout.recompute.value, 0),
+                                f"{flight:g} micro-batches in flight"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
     if stage == 0 and model.family == Family.GPT:

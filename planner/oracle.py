@@ -11,7 +11,7 @@ from itertools import combinations
 from typing import Any
 
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.space import build_space
+from planner.space import build_space, first_rank_min_layers
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["enumerate_plans", "best_plan", "compositions"]
@@ -37,6 +37,8 @@ def enumerate_plans(
         splits = list(compositions(model.num_layers, shape.pp)) if space.free_split else [None]
         if space.first_last_only:
             splits = [c for c in splits if len(set(c[1:-1])) <= 1]
+        if space.free_split and shape.pp > 1:  # an MoE model's leading dense layers sit on the first rank
+            splits = [c for c in splits if c[0] >= first_rank_min_layers(model, shape.vpp)]
         for ri, rc in enumerate(space.recomputes[key]):
             for zero in space.zeros[shape.pp]:
                 best = None

@@ -7,6 +7,7 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 from __future__ import annotations
 
 from planner.errors import InvalidLayout, PlannerError
+from planner.memory import stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
@@ -63,10 +64,19 @@ def layout_problems(
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, lay)
+    if model.mla is not None:
+        if tp > 1 and not lay.sequence_parallel:
+            bad.append(f"multi-latent attention with tp({tp}) > 1 is priced with sequence_parallel only")
+        if lay.tp_comm_overlap:
+            bad.append("tp_comm_overlap with multi-latent attention is not priced")
+        if training.attention != "flash":
+            bad.append("multi-latent attention is priced with attention='flash' only")
     if pipeline_split and lay.pipeline_layers is not None:
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
+    if pipeline_split and not bad:
+        bad += _dense_first_problems(model, lay)
     if v > 1:
         m = num_microbatches(training, lay)
         if m < pp or m % pp:
@@ -104,6 +114,27 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
     if ep > 1 and lay.rank_order != "tp-cp-dp-pp":
         bad.append(f"ep({ep}) > 1 is placed in Megatron's default rank order tp-cp-dp-pp only")
     return bad
+
+
+def first_rank_min_layers(model: ModelSpec, vpp: int) -> int:
+    """The fewest layers the first pipeline rank may hold: an MoE model's leading dense layers sit in
+    its first virtual stage (the planner prices them there), which holds ceil(n / vpp) of its n layers."""
+    k = model.moe.first_dense_layers if model.moe is not None else 0
+    return (k - 1) * vpp + 1 if k else 1
+
+
+def _dense_first_problems(model: ModelSpec, lay: Layout) -> list[str]:
+    """Without an explicit split the leading dense layers are priced on the first rank: its first
+    virtual stage must hold them (an explicit split places them wherever it puts the first layers)."""
+    k = model.moe.first_dense_layers if model.moe is not None else 0
+    if not k or lay.pp == 1 or lay.pipeline_layers is not None:
+        return []
+    n0 = stage_layers(model, lay)[0]
+    first = -(-n0 // lay.vpp) if lay.first_stage_layers is None else n0 // lay.vpp
+    if first < k:
+        return [f"the first virtual stage holds {first} layers, fewer than the {k} leading dense layers "
+                f"(first_dense_layers); give pipeline_layers to place them over several stages"]
+    return []
 
 
 def _explicit_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
@@ -167,15 +198,8 @@ def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
 
 
 def check_priced(model: ModelSpec) -> None:
-    """Refuse what the cost and memory model cannot price yet, rather than approximate it:
-    multi-latent attention and MoE models whose first layers are dense (their stages differ)."""
-    if model.moe is not None and model.moe.first_dense_layers:
-        raise PlannerError(f"model.moe.first_dense_layers: {model.name} starts with {model.moe.first_dense_layers} dense "
-                           "layers before its MoE layers; mixed dense/MoE stacks are not priced yet "
-                           "(planner ledger counts its parameters)")
-    if model.mla is not None:
-        raise PlannerError(f"model.mla: {model.name} uses multi-latent attention, which is not priced yet "
-                           "(planner ledger counts its parameters)")
+    """Refuse what the cost and memory model cannot price, rather than approximate it. Every
+    architecture the specs express is priced now; kept as the one place such a refusal goes."""
 
 
 def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
@@ -541,7 +565,8 @@ def build_space(
                                                  sequence_parallel=sp, ep=ep, etp=etp)
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                             pipeline_split=False)
-                                    if not probs and (free or not _pipeline_problems(L, pp, v, None, None)):
+                                    if not probs and (free or not _pipeline_problems(L, pp, v, None, None)
+                                                      and not _dense_first_problems(model, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}

@@ -329,6 +329,31 @@ class ModelSpec(_Spec):
         return self.kv_heads * self.head_dim
 
     @cached_property
+    def core_head_dims(self) -> tuple[int, int]:
+        """(d_qk, d_v): per-head widths of the attention core's Q/K and V (d, d; with MLA the Q/K
+        width includes the RoPE part, qk_head_dim + qk_rope_head_dim, and V is v_head_dim)."""
+        if self.mla is not None:
+            return self.mla.qk_head_dim + self.mla.qk_rope_head_dim, self.mla.v_head_dim
+        return self.head_dim, self.head_dim
+
+    @cached_property
+    def attention_out_width(self) -> int:
+        """a * d_v: the attention output, the out-projection's input."""
+        return self.num_attention_heads * self.core_head_dims[1]
+
+    @cached_property
+    def mla_duplicated_params(self) -> int:
+        """MLA parameters every TP rank holds whole: the Q and KV down-projections (Megatron builds
+        them as duplicated TELinear [Megatron-LM@d98e8a6 megatron/core/transformer/
+        multi_latent_attention.py: MLASelfAttention.__init__, parallel_mode='duplicated']) and the
+        two latent RMSNorms; 0 without MLA."""
+        if self.mla is None:
+            return 0
+        m, h = self.mla, self.hidden_size
+        q = h * m.q_lora_rank + m.q_lora_rank if m.q_lora_rank is not None else 0
+        return q + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+
+    @cached_property
     def params_per_layer(self) -> int:
         """Parameters of one transformer layer."""
         h, f, hkv = self.hidden_size, self.ffn_hidden_size, self.kv_hidden

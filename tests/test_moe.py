@@ -67,14 +67,14 @@ def test_hf_import_of_mixtral_and_qwen3_moe():
         model_from_hf_config(dict(mixtral, architectures=["LlamaForCausalLM"]), "x")
 
 
-def test_unpriced_moe_architectures_are_refused_not_approximated():
+def test_deepseek_v3_is_priced_and_its_ledger_printed():
     m, c = planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=32)
     t = TrainingSpec(global_batch_size=1024, seq_length=4096)
-    with pytest.raises(PlannerError, match="first_dense_layers: deepseek-v3 starts with 3 dense layers"):
-        planner.evaluate(m, c, t, Layout(tp=8, pp=8, dp=4, ep=8, sequence_parallel=True))
-    err = io.StringIO()
-    assert main(["plan", "deepseek-v3", "dgx-h100", "--nodes", "32"], stdout=io.StringIO(), stderr=err) == 2
-    assert err.getvalue().count("\n") == 1 and "dense layers" in err.getvalue()
+    with pytest.raises(PlannerError, match="is not a multiple of ep"):
+        planner.evaluate(m, c, t, Layout(tp=8, pp=1, dp=32, ep=256, sequence_parallel=True))
+    p = planner.evaluate(m, c, t, Layout(tp=8, pp=4, dp=8, ep=64, etp=1, sequence_parallel=True, zero_stage=1,
+                                         pipeline_layers=(16, 16, 16, 13)))
+    assert p.time.breakdown()["ep_comm"] > 0 and p.memory.stages[0].layers == 16
     out = io.StringIO()
     assert main(["ledger", "deepseek-v3"], stdout=out, stderr=io.StringIO()) == 0
     assert "671.03B parameters (37.55B active" in out.getvalue()
@@ -220,3 +220,76 @@ def test_plan_chooses_expert_parallelism_and_explains_it():
     lines = explain(m, c, t, sensitivities=False, time_limit_s=60)
     assert any("all-to-all moves" in x and "NVLink domain" in x for x in lines), lines
     assert any(x.startswith("Same layout with ep") for x in lines), lines
+
+
+def test_mla_parameters_and_flops_by_hand():
+    # DeepSeek-V3 attention (h 7168, a 128, r_q 1536, r_kv 512, d_qk 128, d_rope 64, d_v 128):
+    # duplicated on every TP rank: Q down 7168 x 1536 + its norm 1536, KV down 7168 x 576 + its norm 512
+    # = 15,140,864; split by TP: Q up 1536 x 128 x 192 = 37,748,736, KV up 512 x 128 x 256 = 16,777,216,
+    # out 128 x 128 x 7168 = 117,440,512. An MoE layer's non-expert rest adds two norms (2 x 7168), the
+    # router 7168 x 256 and one shared expert 3 x 7168 x 2048: 232,996,864. A middle rank of tp 2 holding
+    # 4 MoE layers: 4 x ((232,996,864 - 15,140,864) / 2 + 15,140,864) = 496,275,456.
+    from planner.memory import stage_params
+
+    m = planner.load_model("deepseek-v3")
+    assert m.mla_duplicated_params == 15_140_864
+    assert m.attention_params == 15_140_864 + 37_748_736 + 16_777_216 + 117_440_512
+    lay = Layout(tp=2, pp=16, dp=32, ep=64, etp=1, sequence_parallel=True)
+    assert stage_params(m, lay, 1, 4) == 4 * ((232_996_864 - 15_140_864) / 2 + 15_140_864)
+    # Model FLOPs per token at s 4096: 3 x (61 x (2 x 187,105,280 linear + 2 s a (192 + 128) core)
+    # + 58 x 2 h (E + 3 (k f_e + f_s)) + 3 x 2 x 3 h f + 2 h V) = 281,152,192,512. Megatron-Bridge
+    # published 338 model TFLOP/s/GPU at 1,297 tokens/s/GPU for its 25.09 H100 run (260.6 GFLOP per
+    # token, causal attention counted at half: ours less 3 x 61 x s a 320 is 250.4, and that run's MTP
+    # layer adds about 4 %).
+    from planner.cost import model_flops_per_token
+
+    s, h, a, V = 4096, 7168, 128, 129_280
+    want = 3 * (61 * (2 * 187_105_280 + 2 * s * a * 320) + 58 * 2 * h * (256 + 3 * (8 * 2048 + 2048))
+                + 3 * 2 * 3 * h * 18432 + 2 * h * V)
+    assert model_flops_per_token(m, s) == want == 281_152_192_512
+    assert 0.94 < (want - 3 * 61 * s * a * 320) / 260.6e9 < 0.98
+
+
+def test_mla_activations_by_hand():
+    # DeepSeek-V3, b 1, s 4096, one GPU, BF16, flash. Per token [MLASelfAttention]: RMSNorm1 input and the
+    # down-projection input 2h + 2h, q norm input + q_up input 4 r_q, kv norm input + kv_up input 4 r_kv,
+    # Q and K after RoPE 2 x 2 a 192, V 2 a 128, the output 2 a 128, lse 4a, four fp32 rstd 16, RMSNorm2
+    # input + FC1 input 4h: 229,904 B; a dense layer's SwiGLU adds 6f (f 18,432), an MoE layer's shared
+    # expert 6 x 2048 and its routed tokens (N = 4096 x top 8): router 8 N E, FC1 input 2 (8N) h,
+    # SwiGLU input 2 (8N) 2 f_e, FC2 input 2 (8N) f_e.
+    from planner.memory import activation_bytes_per_layer
+
+    m = planner.load_model("deepseek-v3")
+    h, a, s = 7168, 128, 4096
+    attention = 8 * h + 16 + 4 * 1536 + 4 * 512 + 2 * 2 * a * 192 + 2 * a * 128 + 4 * a + 2 * a * 128
+    assert activation_bytes_per_layer(m, 1, s, moe_layer=False) == s * (attention + 6 * 18432)
+    routed = 8 * s * 256 + 2 * 8 * s * h + 2 * 8 * s * 2 * 2048 + 2 * 8 * s * 2048
+    assert activation_bytes_per_layer(m, 1, s) == s * (attention + 6 * 2048) + routed
+
+
+def test_leading_dense_layers_are_priced_on_the_first_rank():
+    # DeepSeek-V3's first rank holds the 3 dense layers and 2 MoE layers: its compute equals 3 layers of
+    # a dense twin (same attention, the dense MLP) plus 2 of an MoE twin without dense layers, each
+    # priced on its own code path; a middle rank holding 5 layers is 5 MoE layers.
+    from planner.cost import stage_time
+
+    m = planner.load_model("deepseek-v3")
+    dense_twin = m.model_copy(update={"moe": None})
+    moe_twin = m.model_copy(update={"moe": m.moe.model_copy(update={"first_dense_layers": 0})})
+    c, t = planner.load_cluster("dgx-h100", nodes=128), TrainingSpec(global_batch_size=8192, seq_length=4096)
+    lay = Layout(tp=2, pp=16, dp=32, ep=64, etp=1, sequence_parallel=True)
+    one_dense = stage_time(dense_twin, c, t, lay.model_copy(update={"ep": 1, "etp": None}), 1, 1)
+    one_moe = stage_time(moe_twin, c, t, lay, 1, 1)
+    first = stage_time(m, c, t, lay, 0, 5)
+    assert first.compute == pytest.approx(3 * one_dense.compute + 2 * one_moe.compute)
+    assert first.ep_comm == pytest.approx(2 * one_moe.ep_comm)
+    assert stage_time(m, c, t, lay, 1, 5).compute == pytest.approx(5 * one_moe.compute)
+    from planner.space import layout_problems
+
+    # an explicit split places them where it puts the first layers: 2 on rank 0, 1 on rank 1
+    split = lay.model_copy(update={"pipeline_layers": (2, 5, *[4] * 13, 2)})
+    assert layout_problems(m, c, t, split) == []
+    assert stage_time(m, c, t, split, 1, 5).compute == pytest.approx(one_dense.compute + 4 * one_moe.compute)
+    # without one, the first virtual stage must hold all three
+    bad = layout_problems(m, c, t, lay.model_copy(update={"first_stage_layers": 2, "last_stage_layers": 3}))
+    assert any("fewer than the 3 leading dense layers" in b for b in bad), bad

@@ -332,10 +332,43 @@ def test_pipeline_lower_bound_water_fills_the_slowest_rank():
     from planner.cpsat import PipeRow, _pipe_lower
 
     times = tuple(StageCoefficients(10, 4, fixed, 0, 0) for fixed in (5, 0, 20))
-    row = PipeRow(0, 0, 4, 1, 1, "none", times, 0)
+    row = PipeRow(0, 0, 4, 1, 1, 1, "none", times, 0)
     assert _pipe_lower(7, row) == 200
     best = min(3 * max(10 * n + f for n, f in zip(s, (5, 0, 20))) + sum(10 * n + f for n, f in zip(s, (5, 0, 20)))
                for s in product(range(1, 6), repeat=3) if sum(s) == 7)
     assert best == 200
     # with every layer recomputed the recompute term (4 us per layer) joins the slope: T_max 47 (3 x 14 + 5), sum 123
-    assert _pipe_lower(7, PipeRow(0, 0, 4, 1, 1, "all", times, 0)) == 3 * 47 + 123
+    assert _pipe_lower(7, PipeRow(0, 0, 4, 1, 1, 1, "all", times, 0)) == 3 * 47 + 123
+
+
+@st.composite
+def moe_instances(draw):
+    """Small MoE models (some with leading dense layers, some with multi-latent attention) on 4-16 GPUs."""
+    heads = draw(st.sampled_from([4, 8]))
+    h = heads * 64
+    layers = draw(st.sampled_from([4, 5, 6, 8]))
+    experts = draw(st.sampled_from([4, 8]))
+    mla = draw(st.booleans())
+    model = ModelSpec(name="moe", family="llama", num_layers=layers, hidden_size=h, num_attention_heads=heads,
+                      num_kv_heads=None if mla else heads // 2, ffn_hidden_size=4 * h, vocab_size=8192,
+                      moe={"num_experts": experts, "top_k": 2, "expert_ffn_hidden_size": h,
+                           "shared_expert_ffn_hidden_size": draw(st.sampled_from([0, h])),
+                           "first_dense_layers": draw(st.sampled_from([0, 1, 2]))},
+                      mla={"q_lora_rank": draw(st.sampled_from([None, h // 2])), "kv_lora_rank": h // 4,
+                           "qk_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64} if mla else None)
+    gpn = draw(st.sampled_from([4, 8]))
+    nodes = draw(st.sampled_from([1, 2]))
+    cluster = planner.load_cluster("dgx-h100", nodes=nodes, gpus_per_node=gpn, nvlink_domain_size=gpn,
+                                   memory_overhead="0.25 GB")
+    mem = draw(st.sampled_from([1e9, 2e9, 4e9, 8e9]))
+    cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": mem})})
+    training = TrainingSpec(global_batch_size=draw(st.sampled_from([8, 16, 32])),
+                            seq_length=draw(st.sampled_from([1024, 4096])), grad_dtype="bf16")
+    return model, cluster, training, "megatron"
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(moe_instances())
+def test_cpsat_equals_enumerator_on_moe_models(inst):
+    """Expert parallelism, the first rank's dense layers and MLA: the CP-SAT optimum equals brute force."""
+    test_cpsat_equals_enumerator.hypothesis.inner_test(inst)

@@ -292,3 +292,21 @@ def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
         assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (lay.ep, lay.expert_tp, lay.edp), lay.short()
         assert r.details["num_experts"] == p.model.moe.num_experts
     assert any(p.layout.ep > 1 for p in plans)
+
+
+def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron_path):
+    """DeepSeek-V3 (MLA, 3 dense layers then 58 MoE layers) on 1,024 H100 in NVIDIA's layout: Megatron
+    accepts the flags and builds the plan's split and expert grid."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=128),
+                         TrainingSpec(global_batch_size=8192, seq_length=4096),
+                         planner.Layout(tp=2, pp=16, dp=32, ep=64, etp=1, sequence_parallel=True, zero_stage=1,
+                                        recompute="selective", pipeline_layers=(4,) * 15 + (1,)))
+    args = p.to_megatron().args
+    assert "--multi-latent-attention" in args and "([0]*3+[1]*58)" in args
+    r = check_megatron([megatron_payload(args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert [sum(x) for x in r.details["layers_per_rank"]] == list(stage_layers(p.model, p.layout))
+    assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (64, 1, 1)

@@ -48,8 +48,16 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear"]
         if m.qkv_bias:
             a += ["--add-qkv-bias"]
-    if m.moe is not None:  # every layer an MoE layer (planner.space refuses leading dense layers)
+    if m.mla is not None:  # Megatron's MLA flags [Megatron-LM@d98e8a6 megatron/training/arguments.py]
+        ml = m.mla
+        a += ["--multi-latent-attention", "--kv-lora-rank", str(ml.kv_lora_rank), "--qk-head-dim", str(ml.qk_head_dim),
+              "--qk-pos-emb-head-dim", str(ml.qk_rope_head_dim), "--v-head-dim", str(ml.v_head_dim)]
+        if ml.q_lora_rank is not None:
+            a += ["--q-lora-rank", str(ml.q_lora_rank)]
+    if m.moe is not None:  # the leading dense layers (ffn_hidden_size), then MoE layers
         e = m.moe
+        if e.first_dense_layers:  # Megatron evaluates the string into a per-layer 0/1 list
+            a += ["--moe-layer-freq", f"([0]*{e.first_dense_layers}+[1]*{m.num_layers - e.first_dense_layers})"]
         # priced as planner.cost.moe_time prices it: the all-to-all dispatcher, dropless (Megatron's
         # default capacity None), TE grouped GEMMs over the local experts; the auxiliary loss only
         # nudges the router toward the balance the cost model assumes
