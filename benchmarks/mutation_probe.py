@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (file, exact text, replacement, what the bug means)
 MUTANTS = [
     ("planner/memory.py", "kw = dict(tp=t, cp=layout.cp,", "kw = dict(tp=t, cp=1,", "CP ignored in the ledger's activations"),
-    ("planner/memory.py", "shard = layout.dp * layout.cp  #", "shard = layout.dp  #", "ZeRO shards over dp only"),
+    ("planner/memory.py", 'layout.dp * layout.cp, "dpcp")', 'layout.dp, "dpcp")', "ZeRO shards over dp only"),
     ("planner/memory.py", "return float(min(p - stage, m))", "return float(min(p, m))", "1F1B in-flight count"),
     ("planner/memory.py", "saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t",
      "saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / (2 * t)", "logits memory halved"),
@@ -37,11 +37,11 @@ MUTANTS = [
     ("planner/cost.py", "return max(ranks, key=lambda u: u.units)", "return ranks[0]",
      "DP and optimizer priced on the first rank only"),
     ("planner/cost.py", "rc = lt.attn_fwd  #", "rc = 0.0  #", "selective recompute free"),
-    ("planner/cost.py", "rc = lt.fwd + lt.tp_fwd  #", "rc = lt.fwd  #", "full recompute skips TP comm"),
-    ("planner/cost.py", "tp_fwd = tp_bwd = 2 * (ag + rs) * cal.tp_comm_exposed",
-     "tp_fwd = tp_bwd = (ag + rs) * cal.tp_comm_exposed", "one SP collective pair per layer instead of two"),
+    ("planner/cost.py", "rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  #", "rc = lt.fwd + lt.ep_fwd  #", "full recompute skips TP comm"),
+    ("planner/cost.py", "tp_fwd = tp_bwd = (attn_pair + mlp_pair) * cal.tp_comm_exposed",
+     "tp_fwd = tp_bwd = attn_pair * cal.tp_comm_exposed", "one SP collective pair per layer instead of two"),
     ("planner/cost.py", "        grads *= m\n", "", "ZeRO-2 reduces once per step"),
-    ("planner/cost.py", "return max(t_last, total - window)", "return max(0.0, total - window)",
+    ("planner/cost.py", "return max(sum(t for t, _ in parts), total - window)", "return max(0.0, total - window)",
      "the last gradient bucket hidden too"),
     ("planner/cost.py", "cp_fwd = (cp - 1) * max(0.0, step - attn_step)", "cp_fwd = 0.0", "CP ring forward free"),
     ("planner/cost.py", "hidden = 2 * lt.fwd if layout.p2p_overlapped else 0.0", "hidden = 0.0",
@@ -52,6 +52,23 @@ MUTANTS = [
      "TE's reserved SMs free"),
     ("planner/comm.py", 'factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n',
      "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
+    # Mixture-of-Experts and MLA
+    ("planner/cost.py", "alltoall_time(cluster, group, 2 * n * e.top_k * h)", "alltoall_time(cluster, group, 2 * n * h)",
+     "MoE: dispatch ignores top-k"),
+    ("planner/cost.py", "ep_t = 2 * (alltoall_time(", "ep_t = (alltoall_time(", "MoE: combine all-to-all free"),
+    ("planner/comm.py", "max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)", "nbytes * (n - 1) / n / nvl",
+     "MoE: cross-node all-to-all at NVLink speed"),
+    ("planner/memory.py", "routed_params_per_layer(model) / (layout.ep * layout.expert_tp)\n    return dense",
+     "routed_params_per_layer(model) / layout.ep\n    return dense", "MoE: experts split by EP only"),
+    ("planner/memory.py", 'ParamShard(experts, layout.edp, "edp")', 'ParamShard(experts, layout.dp * layout.cp, "edp")',
+     "MoE: expert states sharded over dp x cp"),
+    ("planner/memory.py", "rows, fe = tokens * e.top_k * etp,", "rows, fe = tokens * etp,", "MoE: routed activations ignore top-k"),
+    ("planner/cost.py", "per_expert = rows / local", "per_expert = rows", "MoE: every local expert gets all rows"),
+    ("planner/memory.py", "return (n - dup) / layout.tp + dup", "return n / layout.tp", "MoE: MLA down-projections split by TP"),
+    ("planner/cost.py", "    if d:  # the leading dense layers", "    if False:  # the leading dense layers",
+     "MoE: leading dense layers priced as MoE"),
+    ("planner/cost.py", "full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp",
+     "full = 2 * b * (s / cp) * s * model.num_attention_heads * (2 * dv) / tp", "MoE: MLA core at d_v only"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq)
@@ -59,6 +76,8 @@ CASES = [  # (model, cluster, nodes, gbs, seq)
     ("llama3-70b", "dgx-h100", 8, 512, 8192),
     ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048),
     ("llama3-70b", "dgx-h100", 8, 64, 32768),
+    ("qwen3-30b-a3b", "dgx-h100", 2, 1024, 4096),
+    ("mixtral-8x7b", "dgx-h100", 4, 512, 4096),
 ]
 
 RECOMMEND = """
@@ -81,7 +100,7 @@ def recommendations() -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_fidelity.py")
+    ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_fidelity.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -218,7 +218,7 @@ def _moe_model(r: dict) -> ModelSpec | str:
         name=r["model_name"], family="llama", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
         num_attention_heads=mod["n_heads"], num_kv_heads=None if mla else mod.get("n_kv_heads"),
         kv_channels=head if head and head * mod["n_heads"] != mod["hidden_size"] else None,
-        ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"],
+        ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"], qk_norm=bool(mod.get("qk_layernorm")),
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
              "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0},
         mla=mla)

@@ -1,7 +1,7 @@
 """Search scaling: what the CP-SAT search covers and how fast it proves the optimum, 1B on 8 GPUs
 to 70B on 144,000, and what arbitrary layer splits gain on large-vocabulary models.
 
-    python benchmarks/solve.py [--skip-splits]
+    python benchmarks/solve.py [--skip-splits] [--only MODEL-TEXT]
 
 Per case: status; the layouts the model covers (configurations x every layer split); the
 configurations in the space and those CP-SAT had to look at (the rest: no split fits, or their
@@ -36,6 +36,10 @@ CASES = [
     ("llama3.1-405b", "dgx-h100", 2048, 2048, 8192),
     ("llama3.1-405b", "dgx-h100", 2048, 128, 131072),
     ("megatron-gpt-1t", "dgx-h100", 4096, 4096, 2048),
+    # Mixture-of-Experts: expert parallelism in the space (DeepSeek-V3: MLA, 3 dense layers first)
+    ("mixtral-8x7b", "dgx-h100", 4, 512, 4096),
+    ("qwen3-30b-a3b", "dgx-h100", 2, 1024, 4096),
+    ("deepseek-v3", "dgx-h100", 128, 8192, 4096),
     # scale: 131,072 and 144,000 GPUs (linear-time topology; the time limit bounds the whole call)
     ("llama3-8b", "dgx-h100", 16384, 16384, 8192),
     ("llama3-70b", "gb200-nvl72", 36000, 9000, 8192),
@@ -62,11 +66,14 @@ def _model(name: str) -> ModelSpec:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-splits", action="store_true", help="only the scaling table")
+    ap.add_argument("--only", default=None, help="only the cases whose model id contains this text")
     args = ap.parse_args(argv)
     print(f"{'case':44s} {'GPUs':>6s} {'status':>8s} {'layouts':>8s} {'configs':>8s} {'to CP-SAT':>9s} "
           f"{'first s':>7s} {'proof s':>7s} {'top-10 s':>8s}  best layout")
     proofs, top10 = [], []
     for mref, cref, nodes, gbs, seq in CASES:
+        if args.only and args.only not in mref:
+            continue
         model, cluster = planner.load_model(mref), planner.load_cluster(cref, nodes=nodes)
         tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
         r = plan(model, cluster, tr, top_k=1, structural=False)

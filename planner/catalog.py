@@ -275,6 +275,7 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
             ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
+            qk_norm=arch == "Qwen3MoeForCausalLM",  # Qwen3's attention always normalises Q and K per head
         )
         if arch in _MOE_LIKE:
             spec["moe"] = _moe_of(cfg, arch, name)

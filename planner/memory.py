@@ -336,6 +336,8 @@ def activation_bytes_per_layer(
         terms = _mla_terms(b, s_loc, h, a, model.mla, f)
     else:
         terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion)
+        if model.qk_norm:  # per-head RMSNorms keep their fp32 rstd; their inputs are views of the fused
+            terms.append((4 * s_loc * b * (a + model.kv_heads), "T"))  # QKV output V already pins
     total = 0.0
     for nbytes, kind in terms:
         if kind == "C" and rc == Recompute.SELECTIVE:
@@ -492,7 +494,8 @@ def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> t
     dense = ParamShard(stage_params(model, layout, stage, layers), layout.dp * layout.cp, "dpcp")
     if model.moe is None:
         return (dense,)
-    experts = (layers - dense_layers_on(model, layout, stage)) * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
+    moe_layers = layers - dense_layers_on(model, layout, stage)
+    experts = moe_layers * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
     return dense, ParamShard(experts, layout.edp, "edp")
 
 

@@ -234,6 +234,8 @@ class ModelSpec(_Spec):
     """Input embedding and output layer share one matrix."""
     qkv_bias: Bool = False
     """Llama family only: Q/K/V projections carry a bias (Qwen2)."""
+    qk_norm: Bool = False
+    """Llama family only: RMSNorm over each head's Q and K before RoPE (Qwen3; Megatron --qk-layernorm)."""
     moe: MoESpec | None = None
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
@@ -258,6 +260,8 @@ class ModelSpec(_Spec):
             raise ValueError("num_kv_heads: the 'gpt' family is multi-head: num_kv_heads must equal num_attention_heads")
         if self.family == Family.GPT and self.qkv_bias:
             raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
+        if self.qk_norm and (self.family == Family.GPT or self.mla is not None):
+            raise ValueError("qk_norm: per-head Q/K norms are for the 'llama' family without MLA (MLA has latent norms)")
         for name in ("moe", "mla"):
             if getattr(self, name) is not None and self.family == Family.GPT:
                 raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
@@ -281,7 +285,8 @@ class ModelSpec(_Spec):
             kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
             return q + kv + a * m.v_head_dim * h
         hq, hkv = self.q_hidden, self.kv_hidden
-        return h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias else 0)
+        return (h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias else 0)
+                + (2 * self.head_dim if self.qk_norm else 0))
 
     @cached_property
     def moe_layer_params(self) -> tuple[int, int]:

@@ -153,7 +153,12 @@ def test_routed_activations_by_hand():
     m = planner.load_model("qwen3-30b-a3b")
     routed = 4_194_304 + 134_217_728 + 100_663_296 + 50_331_648
     assert moe_routed_bytes(m, 4096, 1) == routed
-    assert activation_bytes_per_layer(m, 1, 4096) == 180_912_128 + routed
+    # Qwen3 normalises each head's Q and K: the norms keep fp32 rstd, 4 sb (a + g) = 589,824 (their
+    # inputs are views of the fused QKV output V already pins)
+    assert activation_bytes_per_layer(m, 1, 4096) == 180_912_128 + 589_824 + routed
+    assert m.qk_norm and "--qk-layernorm" in planner.evaluate(
+        m, planner.load_cluster("dgx-h100"), TrainingSpec(global_batch_size=64, seq_length=4096),
+        Layout(dp=8, ep=8, zero_stage=1)).to_megatron().args
     # tp 2 with SP and etp 2: N = 2048 per GPU, each receives N x 8 x etp rows, f_e / 2 wide
     assert moe_routed_bytes(m, 2048, 2) == 8 * 2048 * 128 + 2 * 32768 * 2048 + 2 * 32768 * 768 + 2 * 32768 * 384
     # FP8: the expert GEMM inputs at 1 B

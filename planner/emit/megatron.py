@@ -46,6 +46,8 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.family == Family.LLAMA:
         a += ["--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear"]
+        if m.qk_norm:
+            a += ["--qk-layernorm"]
         if m.qkv_bias:
             a += ["--add-qkv-bias"]
     if m.mla is not None:  # Megatron's MLA flags [Megatron-LM@d98e8a6 megatron/training/arguments.py]
