@@ -252,6 +252,10 @@ def test_mla_parameters_and_flops_by_hand():
     want = 3 * (61 * (2 * 187_105_280 + 2 * s * a * 320) + 58 * 2 * h * (256 + 3 * (8 * 2048 + 2048))
                 + 3 * 2 * 3 * h * 18432 + 2 * h * V)
     assert model_flops_per_token(m, s) == want == 281_152_192_512
+    # the attention core one GPU times: QK^T over 192-wide heads and PV over 128-wide ones, halved causal
+    from planner.cost import _attention_flops
+
+    assert _attention_flops(m, 1, s, 1, 2, causal=True) == 2 * s * s * a * (192 + 128) / 2 / 2
     assert 0.94 < (want - 3 * 61 * s * a * 320) / 260.6e9 < 0.98
 
 
