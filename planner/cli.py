@@ -115,6 +115,8 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "fp32,bf16 offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
+    p.add_argument("--moe-imbalance", type=_positive_float, default=1.0, metavar="X",
+                   help="MoE: routed tokens on the busiest expert rank over the mean (default 1: balanced)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
     p.add_argument("--memory-overhead", default=None, help="per-GPU overhead outside the ledger, e.g. '4 GiB'")
 
@@ -249,7 +251,8 @@ def _problem(a):
             raise _UsageError(f"{flag}: a choice is offered by 'plan' only; give one value for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, token_budget=a.tokens, fp8=recipes[0],
-                            fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0])
+                            fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
+                            moe_imbalance=a.moe_imbalance)
     return model, cluster, training
 
 

@@ -281,12 +281,13 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve. Shared
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
     Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
+    TrainingSpec.moe_imbalance scales the busiest rank's rows and all-to-all volume (1: balanced).
     """
     e, h, s = model.moe, model.hidden_size, training.seq_length
     fp8 = training.fp8 is not None
     tokens, n = b * s / cp, b * s / (cp * tp)
     local = e.num_experts // ep
-    rows = n * e.top_k * etp
+    rows = n * e.top_k * etp * training.moe_imbalance  # the busiest rank's
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
@@ -305,7 +306,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     ep_t = 0.0
     if ep > 1:
         group = placement(cluster, (ep, etp))
-        ep_t = 2 * (alltoall_time(cluster, group, 2 * n * e.top_k * h) + alltoall_time(cluster, group, 4 * n * e.top_k))
+        routed = n * e.top_k * training.moe_imbalance  # the busiest rank receives this many rows
+        ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
     if etp > 1:
         group = placement(cluster, (etp, 1))
         ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)

@@ -274,6 +274,7 @@ def activation_bytes_per_layer(
     fp8_inputs: bool = False,
     etp: int | None = None,
     moe_layer: bool = True,
+    moe_imbalance: float = 1.0,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -302,6 +303,7 @@ def activation_bytes_per_layer(
             core's copy).
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
+        moe_imbalance: the busiest expert rank's routed tokens over the mean (TrainingSpec.moe_imbalance).
 
     Returns:
         Bytes per layer.
@@ -359,7 +361,7 @@ def activation_bytes_per_layer(
         total += sb * h / sp_div * (-1 if moe is None else (1 if f else 0))
         total -= sb * f / tp
     if moe is not None:
-        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs)
+        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_imbalance)
     return total
 
 
@@ -369,7 +371,8 @@ softmax/sigmoid (the backward of each needs them) [Megatron-LM@d98e8a6 megatron/
 moe/router.py: TopKRouter.routing, moe_utils.topk_softmax_with_capacity]."""
 
 
-def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False) -> float:
+def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False,
+                     imbalance: float = 1.0) -> float:
     """Bytes the routed experts of one MoE layer keep for backward on one GPU that holds `tokens`
     tokens of the layer input (b s / (cp tp): sequence parallelism is required with tp > 1).
 
@@ -379,9 +382,10 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher]. The grouped
     FC1 keeps its input (R h, BF16 or 1 B under FP8), the SwiGLU its input (R 2 f_e / etp), FC2 its
     input (R f_e / etp) [megatron/core/transformer/moe/experts.py: TEGroupedMLP.forward, the probs
-    applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert."""
+    applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert.
+    imbalance: the busiest rank receives that many times the mean rows (TrainingSpec.moe_imbalance)."""
     e = model.moe
-    rows, fe = tokens * e.top_k * etp, e.expert_ffn_hidden_size / etp
+    rows, fe = tokens * e.top_k * etp * imbalance, e.expert_ffn_hidden_size / etp
     act_b = 1 if fp8_inputs else 2
     return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
             + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)
@@ -681,7 +685,7 @@ def stage_activation_items(
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
-              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp)
+              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp, moe_imbalance=training.moe_imbalance)
     dense = dense_layers_on(model, layout, stage)
 
     def layer_bytes(rc: str, moe_layer: bool = True) -> float:

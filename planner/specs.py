@@ -590,6 +590,10 @@ class TrainingSpec(_Spec):
     """Megatron's --fp8-param-gather: the linear weights are kept as FP8 tensors (no BF16 copy beside
     the FP8 ones) and the distributed optimizer all-gathers them in FP8. Needs a Transformer Engine
     recipe (not torchao's rowwise)."""
+    moe_imbalance: _real(ge=1, le=64) = 1.0
+    """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
+    NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
+    GEMMs, receive buffers and all-to-all set each layer's pace, so all three scale with it."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
 

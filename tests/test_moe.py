@@ -302,3 +302,27 @@ def test_leading_dense_layers_are_priced_on_the_first_rank():
     # without one, the first virtual stage must hold all three
     bad = layout_problems(m, c, t, lay.model_copy(update={"first_stage_layers": 2, "last_stage_layers": 3}))
     assert any("fewer than the 3 leading dense layers" in b for b in bad), bad
+
+
+def test_load_imbalance_scales_the_busiest_rank():
+    # 1.5x the mean tokens on the busiest EP rank: its routed GEMM FLOPs, all-to-all volume and receive
+    # buffers grow 1.5x; the router (on the rank's own tokens) does not.
+    from planner.comm import alltoall_time
+    from planner.cost import moe_time
+    from planner.memory import moe_routed_bytes
+    from planner.topology import placement
+
+    m = planner.load_model("qwen3-30b-a3b")
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    c = c.model_copy(update={"calibration": flat})
+    h, E, k, fe, n = 2048, 128, 8, 768, 4096
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, moe_imbalance=1.5)
+    got = moe_time(m, c, t, tp=1, cp=1, b=1, ep=16, etp=1)
+    assert got.gemm == pytest.approx((2 * n * h * E + 1.5 * 2 * n * k * 3 * h * fe) / 989e12)
+    group = placement(c, (16, 1))
+    assert got.ep == pytest.approx(2 * (alltoall_time(c, group, 1.5 * 2 * n * k * h) + alltoall_time(c, group, 1.5 * 4 * n * k)))
+    assert moe_routed_bytes(m, n, 1, imbalance=1.5) - moe_routed_bytes(m, n, 1) == pytest.approx(
+        0.5 * (moe_routed_bytes(m, n, 1) - 8 * n * E))
+    with pytest.raises(planner.SpecError, match="moe_imbalance"):
+        TrainingSpec(global_batch_size=64, seq_length=4096, moe_imbalance=0.9)
