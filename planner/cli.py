@@ -126,6 +126,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro-batch-size"):
         g.add_argument(f"--{name}", default=None, metavar="N|LO:HI")
     g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
+    g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|deepep[,...]",
+                   help="MoE token dispatchers to search (default alltoall; deepep needs the deep_ep package)")
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true", help="even layer splits only (pp must divide the layers)")
@@ -197,7 +199,8 @@ def _constraints(a) -> dict[str, Any]:
          "cp": _int_or_range("cp", a.cp), "vpp": _int_or_range("vpp", a.vpp),
          "ep": _int_or_range("ep", a.ep), "etp": _int_or_range("etp", a.etp),
          "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
-         "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3)}
+         "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3),
+         "moe_dispatcher": [d.strip() for d in a.moe_dispatcher.split(",")] if a.moe_dispatcher else None}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
         bad = [m for m in modes if m not in ("none", "selective", "full")]
@@ -345,7 +348,8 @@ def _cmd_plan(a, out: Console) -> int:
 
 
 def _layout_from_args(a) -> Layout:
-    return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, ep=a.ep, etp=a.etp, zero_stage=a.zero,
+    return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, ep=a.ep, etp=a.etp, moe_dispatcher=a.moe_dispatcher,
+                  zero_stage=a.zero,
                   micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
@@ -499,6 +503,8 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{name}", type=_positive_int, default=1)
     p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
     p.add_argument("--ep", type=_positive_int, default=1, help="MoE: expert-parallel degree")
+    p.add_argument("--moe-dispatcher", choices=["alltoall", "deepep"], default="alltoall",
+                   help="MoE token dispatcher: Megatron's all-to-all, or its flex dispatcher with DeepEP (needs deep_ep)")
     p.add_argument("--etp", type=_positive_int, default=None, help="MoE: expert tensor-parallel degree (default: = TP)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
     p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")

@@ -16,7 +16,7 @@ import numpy as np
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
-__all__ = ["busbw", "collective_time", "latency", "p2p_time", "alltoall_time", "OPS"]
+__all__ = ["busbw", "collective_time", "latency", "p2p_time", "alltoall_time", "node_dedup_alltoall_time", "OPS"]
 
 OPS = ("allreduce", "allgather", "reducescatter")
 
@@ -121,3 +121,31 @@ def alltoall_time(cluster: ClusterSpec, group: GroupPlacement, nbytes: float) ->
     k = group.per_node
     net = group.nics_per_gpu * cluster.scaleout.nic_busbw * frac
     return cluster.scaleout.latency + max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)
+
+
+def node_dedup_alltoall_time(cluster: ClusterSpec, group: GroupPlacement, tokens: float, row_bytes: float,
+                             top_k: int, num_experts: int) -> float:
+    """Seconds for one DeepEP dispatch (or combine) over `group`: each of the GPU's `tokens` goes to
+    top_k experts spread evenly over the group; across nodes a token crosses the network once per
+    remote node holding any of its experts and is forwarded over NVLink there [deepseek-ai/DeepEP
+    README, normal kernels: RDMA between nodes, NVLink forwarding inside them; Megatron-LM@d98e8a6
+    megatron/core/transformer/moe/token_dispatcher.py: _DeepepManager]. With G nodes of E / G
+    experts each, a token misses a node with probability C(E - E/G, k) / C(E, k), so it reaches
+    (G - 1)(1 - that) remote nodes on average. Every copy for another GPU also crosses NVLink once
+    (ASSUMPTION: the NVLink leg is priced as the copies' (n - 1)/n share); the slower path sets the time.
+    """
+    n = group.size
+    if n <= 1 or tokens <= 0:
+        return 0.0
+    copies = tokens * top_k * row_bytes
+    nvl_bytes = copies * (n - 1) / n
+    nvl = cluster.nvlink.ring_busbw * _size_fraction(cluster, copies)
+    if group.tier == "nvlink":
+        return cluster.nvlink.latency + nvl_bytes / nvl
+    nodes, per_node = group.nodes, num_experts / group.nodes
+    miss = 1.0
+    for i in range(top_k):  # C(E - E/G, k) / C(E, k) as a product
+        miss *= max(0.0, (num_experts - per_node - i) / (num_experts - i))
+    net_bytes = tokens * row_bytes * (nodes - 1) * (1 - miss)
+    net = group.nics_per_gpu * cluster.scaleout.nic_busbw * _size_fraction(cluster, net_bytes)
+    return cluster.scaleout.latency + max(net_bytes / net, nvl_bytes / nvl)

@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner._memo import memo
-from planner.comm import alltoall_time, collective_time, p2p_time
+from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
 from planner.memory import (
     TE_FP8_RECIPES,
     ParamShard,
@@ -244,7 +244,7 @@ def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     """One layer's times; dense: one of an MoE model's leading dense layers."""
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
                           layout.sequence_parallel, layout.tp_comm_overlap, layout.ep,
-                          layout.expert_tp, dense)  # tp, cp, etp, ep: the innermost axes either way
+                          layout.expert_tp, dense, layout.moe_dispatcher)  # tp, cp, etp, ep: the innermost axes either way
 
 
 MOE_PERMUTE_BYTES = 4
@@ -269,7 +269,7 @@ class MoETime:
 
 
 def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int, ep: int,
-             etp: int) -> MoETime:
+             etp: int, dispatcher: str = "alltoall") -> MoETime:
     """The MLP side of one MoE layer and micro-batch (Megatron's all-to-all dispatcher, dropless,
     tokens balanced over the experts: NVIDIA's benchmarks force it).
 
@@ -282,6 +282,9 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
     Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
     TrainingSpec.moe_imbalance scales the busiest rank's rows and all-to-all volume (1: balanced).
+    dispatcher 'deepep' (Megatron's flex dispatcher, DeepEP backend; etp 1): permutation is fused into
+    the dispatch, probabilities travel with the tokens, and a token crosses the network once per
+    remote node (comm.node_dedup_alltoall_time).
     """
     e, h, s = model.moe, model.hidden_size, training.seq_length
     fp8 = training.fp8 is not None
@@ -301,13 +304,19 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
             tp_t = (collective_time(cluster, group, "allgather", nbytes)
                     + collective_time(cluster, group, "reducescatter", nbytes))
     gpu, cal = cluster.gpu, cluster.calibration
-    moved = 2 * (n * e.top_k * h + (rows * h if local > 1 else 0.0))  # elements: permute (+ sort), each undone in combine
+    deep = dispatcher == "deepep"
+    # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
+    moved = 2 * ((0.0 if deep else n * e.top_k * h) + (rows * h if local > 1 else 0.0))
     memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     ep_t = 0.0
     if ep > 1:
         group = placement(cluster, (ep, etp))
         routed = n * e.top_k * training.moe_imbalance  # the busiest rank receives this many rows
-        ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
+        if deep:
+            ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * training.moe_imbalance, 2 * h, e.top_k,
+                                                e.num_experts)
+        else:
+            ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
     if etp > 1:
         group = placement(cluster, (etp, 1))
         ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)
@@ -318,12 +327,12 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
                    sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1,
-                   dense: bool = False) -> LayerTime:
+                   dense: bool = False, dispatcher: str = "alltoall") -> LayerTime:
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
     fp8 = training.fp8 is not None
-    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp) if model.moe is not None and not dense else None
+    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher) if model.moe is not None and not dense else None
     flops = attention_gemm_flops(model, tokens, tp, sequence_parallel)
     if moe is None:  # else the MLP is the MoE block
         flops += mlp_gemm_flops(model, tokens, tp)

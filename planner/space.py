@@ -91,8 +91,8 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
     training) and what the planner prices (ZeRO 0/1, no TP overlap, Megatron's default rank order)."""
     ep, etp = lay.ep, lay.expert_tp
     if model.moe is None:
-        return [f"ep({ep}) / etp({lay.etp}) need a Mixture-of-Experts model; {model.name} is dense"] \
-            if ep > 1 or lay.etp is not None else []
+        return [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher need a Mixture-of-Experts model; {model.name} is dense"] \
+            if ep > 1 or lay.etp is not None or lay.moe_dispatcher != "alltoall" else []
     e, bad = model.moe, []
     if e.num_experts % ep:
         bad.append(f"num_experts({e.num_experts}) % ep({ep}) = {e.num_experts % ep} != 0")
@@ -111,6 +111,8 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
                    "optimizer); Megatron-FSDP with experts is not priced")
     if lay.tp_comm_overlap:
         bad.append("tp_comm_overlap with MoE layers is not priced")
+    if lay.moe_dispatcher == "deepep" and (ep == 1 or etp != 1):
+        bad.append(f"moe_dispatcher 'deepep' is priced with ep > 1 and etp 1 (ep({ep}), etp({etp}))")
     if ep > 1 and lay.rank_order != "tp-cp-dp-pp":
         bad.append(f"ep({ep}) > 1 is placed in Megatron's default rank order tp-cp-dp-pp only")
     return bad
@@ -266,6 +268,8 @@ class Shape:
     ep: int = 1
     etp: int | None = None
     """Expert degrees (MoE; etp None = tp)."""
+    dispatcher: str = "alltoall"
+    """MoE token dispatcher (Layout.moe_dispatcher)."""
 
 
 @dataclass(frozen=True)
@@ -301,7 +305,7 @@ class Space:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, ep=shape.ep, etp=shape.etp,
-                      pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
+                      moe_dispatcher=shape.dispatcher, pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
                       recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
                       rank_order=self.rank_order,
                       **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap))
@@ -349,11 +353,12 @@ def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) ->
     return value == rule
 
 
-CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "zero_stage", "micro_batch_size", "recompute", "vpp",
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "moe_dispatcher", "zero_stage", "micro_batch_size", "recompute", "vpp",
                    "sequence_parallel", "uneven_stages", "rank_order")
 _INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
 _BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute")
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
+MOE_DISPATCHERS = ("alltoall", "deepep")
 
 
 def _whole(name: str, v: Any, lo: int, hi: int) -> int:
@@ -369,7 +374,7 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
     Degrees and micro-batch: N, (lo, hi) with None for an open end, or a list/set of N; zero_stage
     likewise in 0..3; recompute: a mode or a list of modes; sequence_parallel: bool; uneven_stages:
     bool or 'first_last' (only the first and last rank differ);
-    rank_order: one of RANK_ORDERS.
+    rank_order: one of RANK_ORDERS; moe_dispatcher: one of MOE_DISPATCHERS or a list of them.
 
     Raises:
         PlannerError: one line naming the constraint and the rule.
@@ -404,6 +409,13 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(rule, bool):
                 raise PlannerError(f"constraint {name}: expected True or False, got {rule!r}")
             out[name] = rule
+        elif name == "moe_dispatcher":
+            values = [rule] if isinstance(rule, str) else rule
+            if not isinstance(values, (list, set, frozenset, tuple)) or not values or any(
+                    v not in MOE_DISPATCHERS for v in values):
+                raise PlannerError(f"constraint moe_dispatcher: expected {' or '.join(MOE_DISPATCHERS)} or a list of "
+                                   f"them, got {rule!r}")
+            out[name] = frozenset(values)
         elif name == "rank_order":
             if rule not in RANK_ORDERS:
                 raise PlannerError(f"constraint rank_order: expected one of {', '.join(RANK_ORDERS)}, got {rule!r}")
@@ -523,16 +535,28 @@ def build_space(
     free = constraints.get("uneven_stages", True) is not False
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
-    if not moe and any(_constrained(k, constraints) for k in ("ep", "etp")):
+    if not moe and (any(_constrained(k, constraints) for k in ("ep", "etp"))
+                    or "deepep" in (constraints.get("moe_dispatcher") or ())):
         raise PlannerError(f"constraint ep/etp: {model.name} is dense (expert parallelism needs a Mixture-of-Experts model)")
     eps = [e for e in divisors(model.moe.num_experts) if _allowed("ep", e, constraints)] if moe else [1]
 
-    def experts(tp: int) -> list[tuple[int, int | None]]:
-        """(ep, etp) options at this tp: etp = tp (Megatron's default, None) or 1 (experts whole)."""
+    dispatchers = sorted(constraints.get("moe_dispatcher") or {"alltoall"})
+
+    def experts(tp: int) -> list[tuple[int, int | None, str]]:
+        """(ep, etp, dispatcher) options at this tp: etp = tp (Megatron's default, None) or 1 (experts
+        whole); DeepEP where the constraint allows it and it is priced (ep > 1, etp 1), all-to-all
+        elsewhere (with ep 1 nothing is dispatched across GPUs)."""
         if not moe:
-            return [(1, None)]
+            return [(1, None, "alltoall")]
         etps = [None] + ([1] if tp > 1 else [])
-        return [(e, t) for e in eps for t in etps if _allowed("etp", tp if t is None else t, constraints)]
+        out = []
+        for e in eps:
+            for t in etps:
+                if not _allowed("etp", tp if t is None else t, constraints):
+                    continue
+                deep = e > 1 and (tp if t is None else t) == 1
+                out += [(e, t, d) for d in (dispatchers if deep else ["alltoall"])]
+        return list(dict.fromkeys(out))
 
     shapes = []
     worlds = range(1, world + 1) if allow_idle else [world]
@@ -560,14 +584,14 @@ def build_space(
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 if not _allowed("sequence_parallel", sp, constraints):
                                     continue
-                                for ep, etp in experts(tp):
+                                for ep, etp, disp in experts(tp):
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
-                                                 sequence_parallel=sp, ep=ep, etp=etp)
+                                                 sequence_parallel=sp, ep=ep, etp=etp, moe_dispatcher=disp)
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                             pipeline_split=False)
                                     if not probs and (free or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)):
-                                        shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp))
+                                        shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}

@@ -326,3 +326,41 @@ def test_load_imbalance_scales_the_busiest_rank():
         0.5 * (moe_routed_bytes(m, n, 1) - 8 * n * E))
     with pytest.raises(planner.SpecError, match="moe_imbalance"):
         TrainingSpec(global_batch_size=64, seq_length=4096, moe_imbalance=0.9)
+
+
+def test_deepep_sends_a_token_once_per_remote_node():
+    # EP 16 over two DGX H100, 128 experts (64 per node), top 8. A token misses the other node with
+    # probability C(64, 8) / C(128, 8) = prod (64 - i) / (128 - i), i < 8 (0.0031), so it crosses the
+    # network 0.9969 times instead of the all-to-all's 8 x 8/16 = 4. 1e7 tokens of 4 KiB rows (past the
+    # largest measured size: full busbw): network 1e7 x 4096 x 0.9969 at 47 GB/s, NVLink 1e7 x 8 x 4096
+    # x 15/16 at 370 GB/s; the slower (NVLink here) + 20 us. Inside one node: NVLink only, + 25 us.
+    from planner.comm import node_dedup_alltoall_time
+    from planner.topology import placement
+
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    miss = 1.0
+    for i in range(8):
+        miss *= (64 - i) / (128 - i)
+    assert miss == pytest.approx(0.0031, abs=1e-4)
+    net = 1e7 * 4096 * (1 - miss) / 47e9
+    nvl = 1e7 * 8 * 4096 * 15 / 16 / 370e9
+    assert node_dedup_alltoall_time(c, placement(c, (16, 1)), 1e7, 4096, 8, 128) == pytest.approx(20e-6 + max(net, nvl))
+    assert node_dedup_alltoall_time(c, placement(c, (8, 1)), 1e7, 4096, 8, 128) == pytest.approx(
+        25e-6 + 1e7 * 8 * 4096 * 7 / 8 / 370e9)
+
+
+def test_deepep_is_searched_when_allowed_and_emitted_as_megatrons_flex_dispatcher():
+    from planner.space import layout_problems
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=1024, seq_length=4096)
+    r = planner.plan(m, c, t, top_k=1, structural=False, ep=16, moe_dispatcher=["alltoall", "deepep"])
+    lay = r.best.layout
+    assert lay.moe_dispatcher == "deepep" and lay.ep == 16  # two nodes: DeepEP sends a quarter of the bytes
+    args = r.best.to_megatron().args
+    i = args.index("--moe-token-dispatcher-type")
+    assert list(args[i + 1: i + 4]) == ["flex", "--moe-flex-dispatcher-backend", "deepep"]
+    assert "etp 1" in " ".join(layout_problems(m, c, t, Layout(tp=2, dp=8, ep=8, sequence_parallel=True,
+                                                               moe_dispatcher="deepep")))
+    with pytest.raises(PlannerError, match="moe_dispatcher"):
+        planner.plan(m, c, t, moe_dispatcher="nccl")

@@ -60,12 +60,14 @@ def megatron_args(plan: Plan) -> list[str]:
         e = m.moe
         if e.first_dense_layers:  # Megatron evaluates the string into a per-layer 0/1 list
             a += ["--moe-layer-freq", f"([0]*{e.first_dense_layers}+[1]*{m.num_layers - e.first_dense_layers})"]
-        # priced as planner.cost.moe_time prices it: the all-to-all dispatcher, dropless (Megatron's
+        # priced as planner.cost.moe_time prices it: the all-to-all or DeepEP dispatcher, dropless (Megatron's
         # default capacity None), TE grouped GEMMs over the local experts; the auxiliary loss only
         # nudges the router toward the balance the cost model assumes
         a += ["--num-experts", str(e.num_experts), "--moe-router-topk", str(e.top_k),
               "--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size), "--moe-grouped-gemm",
-              "--moe-token-dispatcher-type", "alltoall", "--moe-router-load-balancing-type", "aux_loss",
+              *(["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
+                if lay.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", "alltoall"]),
+              "--moe-router-load-balancing-type", "aux_loss",
               "--moe-aux-loss-coeff", "1e-3",
               "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
         if e.shared_expert_ffn_hidden_size:
