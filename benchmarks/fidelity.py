@@ -87,6 +87,14 @@ def print_table(title: str, groups: dict[str, list[float]]) -> None:
     print(f"{'median of group medians':34s} {'':5s} {statistics.median(meds):13.1%}")
 
 
+def print_table_p90(title: str, results) -> None:
+    """print_table of the evaluated rows, then the p90 of |error| over all of them."""
+    groups, _ = summarise(results)
+    print_table(title, groups)
+    every = sorted(abs(e) for v in groups.values() for e in v)
+    print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
@@ -142,10 +150,7 @@ def moe(rows: bool = False) -> None:
                 share = plan.time.breakdown()["ep_comm"] / plan.step_time_s
                 print(f"{r.id:56s} {str(r.training.fp8):10s} {r.layout.short()[:50]:50s} {r.tokens_per_s_per_gpu:7.0f} "
                       f"{pred:7.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}  all-to-all {share:.0%}")
-    groups, _ = summarise(results)
-    print_table("MoE rows (out of sample)", groups)
-    every = sorted(abs(e) for v in groups.values() for e in v)
-    print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
+    print_table_p90("MoE rows (out of sample)", results)
     rejected = sum(p is None for _, p, _ in results)
     reasons: dict[str, int] = {}
     for _, why in skipped:
@@ -174,10 +179,7 @@ def low_precision(rows: bool = False) -> None:
                 pred = plan.tokens_per_second / plan.num_gpus
                 print(f"{r.id:44s} {r.training.fp8:10s} {r.layout.short()[:52]:52s} {r.tokens_per_s_per_gpu:9.0f} "
                       f"{pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
-    groups, _ = summarise(results)
-    print_table("FP8 rows (out of sample)", groups)
-    every = sorted(abs(e) for v in groups.values() for e in v)
-    print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
+    print_table_p90("FP8 rows (out of sample)", results)
     hi = {r.id: r for r in load_runs()}
     lo = {r.id: r for r in runs}
     print(f"\n{'FP8 speedup over BF16':44s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")

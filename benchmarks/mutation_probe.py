@@ -53,8 +53,10 @@ MUTANTS = [
     ("planner/comm.py", 'factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n',
      "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
     # Mixture-of-Experts and MLA
-    ("planner/cost.py", "alltoall_time(cluster, group, 2 * n * e.top_k * h)", "alltoall_time(cluster, group, 2 * n * h)",
+    ("planner/cost.py", "alltoall_time(cluster, group, 2 * routed * h)", "alltoall_time(cluster, group, 2 * n * h)",
      "MoE: dispatch ignores top-k"),
+    ("planner/comm.py", "net_bytes = tokens * row_bytes * (nodes - 1) * (1 - miss)",
+     "net_bytes = tokens * row_bytes * top_k * (n - group.per_node) / n", "MoE: DeepEP sends every copy over the network"),
     ("planner/cost.py", "ep_t = 2 * (alltoall_time(", "ep_t = (alltoall_time(", "MoE: combine all-to-all free"),
     ("planner/comm.py", "max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)", "nbytes * (n - 1) / n / nvl",
      "MoE: cross-node all-to-all at NVLink speed"),
