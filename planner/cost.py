@@ -614,8 +614,11 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """
     layers = stage_layers(model, layout)
     p = layout.pp
-    by_kind = {r: _pieces(model, cluster, training, layout, r) for r in {0, min(1, p - 1), p - 1}}
-    pieces = [by_kind[i if i in (0, p - 1) else 1] for i in range(p)]  # the middle ranks are alike
+    # a rank's pieces depend on whether it is the last (the logits) and on its dense layers only
+    kinds = [(i == p - 1, dense_layers_on(model, layout, i)) for i in range(p)]
+    first = {k: i for i, k in reversed(list(enumerate(kinds)))}
+    by_kind = {k: _pieces(model, cluster, training, layout, i) for k, i in first.items()}
+    pieces = [by_kind[k] for k in kinds]
     stages = tuple(_time(layout, q, i, n) for i, (q, n) in enumerate(zip(pieces, layers)))
     units = tuple(_coefficients(q).units(n, recomputed_layers(layout, n)) for q, n in zip(pieces, layers))
     return PipelineTime(stages, num_microbatches(training, layout), layout.vpp, units)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import model_flops_per_token
 from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, static_memory
@@ -59,6 +60,13 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
            f"{where}: each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch, "
            f"{ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); tokens are assumed "
            "balanced over the experts."]
+    if group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1:
+        tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
+        a2a = alltoall_time(cluster, group, tokens * e.top_k * model.hidden_size * 2)
+        deep = node_dedup_alltoall_time(cluster, group, tokens, model.hidden_size * 2, e.top_k, e.num_experts)
+        out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
+                   f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
+                   "alltoall,deepep if the cluster has the deep_ep package.")
     alts = []
     for ep in (lay.ep // 2, lay.ep * 2):
         if ep < 1 or lay.ep % 2:

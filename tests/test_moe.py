@@ -299,6 +299,11 @@ def test_leading_dense_layers_are_priced_on_the_first_rank():
     split = lay.model_copy(update={"pipeline_layers": (2, 5, *[4] * 13, 2)})
     assert layout_problems(m, c, t, split) == []
     assert stage_time(m, c, t, split, 1, 5).compute == pytest.approx(one_dense.compute + 4 * one_moe.compute)
+    from planner.cost import pipeline_time
+
+    stages = pipeline_time(m, c, t, split).stages  # every rank priced with its own dense layers
+    assert stages[1].compute == pytest.approx(one_dense.compute + 4 * one_moe.compute)
+    assert stages[2].compute == pytest.approx(4 * one_moe.compute)
     # without one, the first virtual stage must hold all three
     bad = layout_problems(m, c, t, lay.model_copy(update={"first_stage_layers": 2, "last_stage_layers": 3}))
     assert any("fewer than the 3 leading dense layers" in b for b in bad), bad
@@ -364,3 +369,12 @@ def test_deepep_is_searched_when_allowed_and_emitted_as_megatrons_flex_dispatche
                                                                moe_dispatcher="deepep")))
     with pytest.raises(PlannerError, match="moe_dispatcher"):
         planner.plan(m, c, t, moe_dispatcher="nccl")
+
+
+def test_explain_offers_deepep_when_the_ep_group_crosses_nodes():
+    from planner.explain import explain
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    lines = explain(m, c, TrainingSpec(global_batch_size=1024, seq_length=4096), sensitivities=False, ep=16)
+    assert any("across 2 nodes" in x for x in lines), lines
+    assert any("--moe-dispatcher alltoall,deepep" in x for x in lines), lines

@@ -367,7 +367,7 @@ def moe_instances(draw):
     return model, cluster, training, "megatron"
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(moe_instances())
 def test_cpsat_equals_enumerator_on_moe_models(inst):
     """Expert parallelism, the first rank's dense layers and MLA: the CP-SAT optimum equals brute force."""
