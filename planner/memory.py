@@ -116,22 +116,16 @@ def expert_params(model: ModelSpec) -> int:
 
 def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, etp: int | None = None,
                       grad_dtype: str = "bf16", zero_stage: int = 0) -> StaticMemory:
-    """Weights, gradients and Adam states per GPU of an MoE model with layers split evenly over pp.
-
-    Megatron's parallel folding [Megatron-LM@d98e8a6 megatron/core/parallel_state.py:
-    initialize_model_parallel]: the dense part (attention, norms, router, shared experts, dense
-    layers, embeddings) is split by tp and its ZeRO states over the data-parallel group dp; the
-    routed experts are split by ep x etp (etp defaults to tp, --expert-tensor-parallel-size) and
-    their states over the expert-data-parallel group tp x dp / (ep x etp) -- expert parameters
-    (allreduce=False) get their own gradient buffers and optimizer over that group
-    [megatron/core/distributed/distributed_data_parallel.py: expt_dp_group; megatron/core/optimizer/
-    __init__.py: is_expert_parallel].
+    """Weights, gradients and Adam states per GPU of an MoE model, averaged over pp stages of L / pp
+    layers: param_shards' split (the non-expert part by tp with its states over dp, the routed experts
+    by ep x etp with theirs over the expert-data-parallel group tp x dp / (ep x etp)) [Megatron-LM@d98e8a6
+    megatron/core/parallel_state.py: initialize_model_parallel; megatron/core/distributed/
+    distributed_data_parallel.py: expt_dp_group].
 
     Raises:
         SpecError: ep x etp does not divide tp x dp, or ep does not divide the experts.
     """
     etp = tp if etp is None else etp
-    experts = expert_params(model)
     if model.moe is not None:
         if (tp * dp) % (ep * etp):
             raise SpecError(f"ep: ep({ep}) x etp({etp}) must divide tp({tp}) x dp({dp}) (the expert grid folds onto "
@@ -140,15 +134,19 @@ def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, e
             raise SpecError(f"ep: ep({ep}) must divide num_experts({model.moe.num_experts})", "ep")
     elif ep != 1:
         raise SpecError(f"ep: a dense model has no experts to split (ep={ep})", "ep")
-    dense = static_memory((model.num_params - experts) / (tp * pp), grad_dtype=grad_dtype, zero_stage=zero_stage,
-                          shard=dp if zero_stage else 1)
-    if not experts:
-        return dense
-    edp = tp * dp // (ep * etp)
-    exp = static_memory(experts / (ep * etp * pp), grad_dtype=grad_dtype, zero_stage=zero_stage,
-                        shard=edp if zero_stage else 1)
-    return StaticMemory(params=dense.params + exp.params, grads=dense.grads + exp.grads,
-                        optimizer=dense.optimizer + exp.optimizer)
+    layout = Layout(tp=tp, pp=pp, dp=dp, ep=ep, etp=etp if model.moe is not None else None, zero_stage=zero_stage)
+    per = model.num_layers / pp  # the stages' average: each holds L / pp layers, the ends their extras
+    return sharded_static_memory([sh for stage in range(pp) for sh in param_shards(model, layout, stage, per)],
+                                 grad_dtype=grad_dtype, zero_stage=zero_stage, scale=1 / pp)
+
+
+def sharded_static_memory(shards, *, grad_dtype: str, zero_stage: int, optimizer_bytes: float = ADAM_BYTES,
+                          scale: float = 1.0) -> StaticMemory:
+    """static_memory summed over parameter shards, each sharded (ZeRO) over its own data-parallel
+    group (ParamShard.dp), times `scale`."""
+    parts = [static_memory(sh.params * scale, grad_dtype=grad_dtype, optimizer_bytes=optimizer_bytes,
+                           zero_stage=zero_stage, shard=sh.dp) for sh in shards]
+    return StaticMemory(*(sum(getattr(x, k) for x in parts) for k in ("params", "grads", "optimizer")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -594,10 +592,8 @@ def stage_static_items(
     """The items that depend on the ZeRO stage: weights, gradients, Adam states, ZeRO-3 buffers.
 
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
-    parts = [static_memory(sh.params, grad_dtype=training.grad_dtype, optimizer_bytes=adam_bytes(training),
-                           zero_stage=layout.zero_stage, shard=sh.dp)  # dp x cp (CP ranks hold equal weights)
-             for sh in param_shards(model, layout, stage, layers)]
-    st = StaticMemory(*(sum(getattr(x, k) for x in parts) for k in ("params", "grads", "optimizer")))
+    st = sharded_static_memory(param_shards(model, layout, stage, layers), grad_dtype=training.grad_dtype,
+                               zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training))
     items = [
         MemoryItem("weights", st.params, "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
