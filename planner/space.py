@@ -199,11 +199,6 @@ def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
     return (k - 1, *[k] * (stages - 2), k - 1)
 
 
-def check_priced(model: ModelSpec) -> None:
-    """Refuse what the cost and memory model cannot price, rather than approximate it. Every
-    architecture the specs express is priced now; kept as the one place such a refusal goes."""
-
-
 def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse an FP8 recipe the GPU cannot run or the catalog cannot price (one line, named)."""
     if training.fp8 is None:
@@ -222,7 +217,6 @@ def check_layout(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
 ) -> None:
     """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
-    check_priced(model)
     check_precision(cluster, training)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
@@ -502,7 +496,6 @@ def build_space(
         PlannerError: an unknown framework or constraint name.
     """
     constraints = validate_constraints(dict(constraints or {}))
-    check_priced(model)
     check_precision(cluster, training)
     if training.optimizer_states != "fp32" and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
