@@ -262,8 +262,6 @@ class MoETime:
     """Router, shared and routed expert GEMMs."""
     memory: float
     """Token permutations."""
-    tp: float
-    """Sequence-parallel all-gather + reduce-scatter of the shared experts."""
     ep: float
     """Dispatch and combine: the EP all-to-alls, and the ETP all-gather / reduce-scatter."""
 
@@ -295,14 +293,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
     gemm += local * _gemm_time(cluster, [2 * per_expert * h * 2 * fe, 2 * per_expert * fe * h], fp8)
-    tp_t = 0.0
-    if fs:
+    if fs:  # their sequence-parallel gather / scatter is the dense MLP's pair (_layer_time_of)
         gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8)
-        if tp > 1:
-            group = placement(cluster, (tp, 1))
-            nbytes = 2 * tokens * h
-            tp_t = (collective_time(cluster, group, "allgather", nbytes)
-                    + collective_time(cluster, group, "reducescatter", nbytes))
     gpu, cal = cluster.gpu, cluster.calibration
     deep = dispatcher == "deepep"
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
@@ -321,7 +313,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         group = placement(cluster, (etp, 1))
         ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)
                  + collective_time(cluster, group, "reducescatter", 2 * rows * h))
-    return MoETime(gemm, memory, tp_t, ep_t)
+    return MoETime(gemm, memory, ep_t)
 
 
 @memo()
@@ -381,7 +373,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         else:
             attn_pair = mlp_pair = collective_time(cluster, group, "allreduce", nbytes)
         if moe is not None:
-            mlp_pair = moe.tp
+            mlp_pair = mlp_pair if model.moe.shared_expert_ffn_hidden_size else 0.0  # the shared experts' pair
         tp_fwd = tp_bwd = (attn_pair + mlp_pair) * cal.tp_comm_exposed
         if tp_comm_overlap:
             tp_fwd, tp_bwd = _tp_overlap_exposed(gpu, gemm_each, ag, rs)
