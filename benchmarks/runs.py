@@ -7,6 +7,7 @@ complete layout (micro-batch, ZeRO stage and recompute published) are used.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,13 +45,14 @@ def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
         return planner.load_cluster("dgx-a100-80g", nodes=nodes)
     if gpu_type.startswith("A100-SXM-40GB"):
         return planner.load_cluster("dgx-a100-40g", nodes=nodes)
-    if gpu_type.startswith("GB200"):
+    if gpu_type.startswith(("GB200", "GB300")):
         # ASSUMPTION: a job that does not fill whole NVL72 racks gets the largest NVLink domain that
         # divides it (128 GPUs: two racks of 64)
         domain = max(d for d in range(4, 73, 4) if num_gpus % d == 0) if num_gpus >= 4 else num_gpus
-        return planner.load_cluster("gb200-nvl72", nodes=nodes, nvlink_domain_size=domain)
-    if gpu_type.startswith("B200"):
-        return planner.load_cluster("dgx-b200", nodes=nodes)
+        ref = "gb300-nvl72" if gpu_type.startswith("GB300") else "gb200-nvl72"
+        return planner.load_cluster(ref, nodes=nodes, nvlink_domain_size=domain)
+    if gpu_type.startswith(("B200", "B300")):
+        return planner.load_cluster("dgx-b300" if gpu_type.startswith("B300") else "dgx-b200", nodes=nodes)
     if gpu_type.startswith("H100"):
         c = planner.load_cluster("dgx-h100", nodes=nodes)
         for mem in ("96GB", "95GB"):  # HBM2e variants: same compute, more memory
@@ -65,6 +67,8 @@ def _recompute(text: str | None) -> str | None:
     if text is None:
         return None
     t = text.lower()
+    if t.startswith("no recompute"):  # "no recompute settings in the matching perf config"
+        return "none"
     for mode in ("selective", "full", "none"):
         if t.startswith(mode):
             return mode
@@ -198,8 +202,15 @@ def _moe_model(r: dict) -> ModelSpec | str:
     """The row's architecture as a ModelSpec, or why the planner cannot express it."""
     mod = r["model"]
     att = str(mod.get("attention") or "")
+    gpt_oss = {}
+    window = re.fullmatch(r"gqa; alternating sliding-window \((\d+)\) / full layers, learnable softmax sinks, biased linears", att)
+    if window:  # GPT-OSS: windowed odd layers, full even ones (Megatron --window-attn-skip-freq 2)
+        gpt_oss = dict(sliding_window=int(window.group(1)), full_attention_every=2, attention_sinks=True,
+                       linear_bias=True, activation="clamped-quick-geglu")
+        att = "gqa"
     if att not in ("gqa", "mla"):
-        return f"attention '{att or 'unpublished'}' (grouped-query and multi-latent attention are priced)"
+        return (f"attention '{att or 'unpublished'}' (grouped-query, multi-latent and GPT-OSS's windowed attention "
+                "are priced)")
     if mod.get("moe_layer_pattern"):
         return "interleaved dense / MoE layers"
     missing = [k for k in ("n_layers", "hidden_size", "n_heads", "ffn_hidden_size", "vocab_size", "num_experts", "top_k")
@@ -221,7 +232,7 @@ def _moe_model(r: dict) -> ModelSpec | str:
         ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"], qk_norm=bool(mod.get("qk_layernorm")),
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
              "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0},
-        mla=mla)
+        mla=mla, **gpt_oss)
 
 
 def _stage_split(layers: int, stages: int) -> tuple[int, ...] | None:

@@ -195,7 +195,7 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
 
 # Hugging Face architectures -> how to read their config.json
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
-_MOE_LIKE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM"}  # llama layers with SwiGLU experts
+_MOE_LIKE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"}  # llama layers with gated experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
 
 
@@ -216,7 +216,7 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
 
 def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     """The MoE fields of a Mixtral or Qwen3-MoE config (every layer MoE, no shared expert)."""
-    if arch == "MixtralForCausalLM":
+    if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
         return dict(num_experts=_need(cfg, "num_local_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                     expert_ffn_hidden_size=_need(cfg, "intermediate_size", name))
     step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
@@ -225,6 +225,35 @@ def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
                                 "between MoE layers are not modelled (refused rather than counted as MoE)")
     return dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                 expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+
+
+def _gpt_oss_attention(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """GPT-OSS's layers: biased linears, a learnable sink per head, the clamped quick-GELU GLU, and a
+    window on the layers layer_types marks sliding ('full_attention' every n-th layer, 1-based, as
+    Megatron's --window-attn-skip-freq n) [transformers models/gpt_oss: GptOssConfig.layer_types,
+    GptOssAttention.sinks, GptOssExperts limit 7.0]."""
+    if cfg.get("swiglu_limit", 7.0) != 7.0:
+        raise ConfigImportError(f"{name}: swiglu_limit = {cfg['swiglu_limit']!r}; only GPT-OSS's clamp of 7.0 is emitted")
+    window = _need(cfg, "sliding_window", name)
+    kinds = cfg.get("layer_types") or ["sliding_attention", "full_attention"] * (_need(cfg, "num_hidden_layers", name) // 2)
+    full = [i + 1 for i, k in enumerate(kinds) if k == "full_attention"]
+    every = full[0] if full else None
+    if any(k not in ("sliding_attention", "full_attention") for k in kinds) or (
+            full and full != list(range(every, len(kinds) + 1, every))):
+        raise ConfigImportError(f"{name}: layer_types is not every n-th layer full and the rest sliding; "
+                                "other attention patterns are not modelled")
+    return dict(sliding_window=window, full_attention_every=every, attention_sinks=True,
+                linear_bias=bool(cfg.get("attention_bias", True)), activation="clamped-quick-geglu")
+
+
+def _window_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
+    """A Mistral config's window applies to every layer [HF MistralConfig.sliding_window]; Qwen2's
+    use_sliding_window (windows only above max_window_layers) is refused."""
+    if arch == "Qwen2ForCausalLM" and cfg.get("use_sliding_window"):
+        raise ConfigImportError(f"{name}: use_sliding_window = true (Qwen2's windows above max_window_layers) is not "
+                                "modelled; refused rather than priced as full attention")
+    w = cfg.get("sliding_window") if arch == "MistralForCausalLM" else None
+    return {"sliding_window": w} if w else {}
 
 
 def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False) -> None:
@@ -242,8 +271,8 @@ def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False) -> Non
 def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
-    Supports Llama, Mistral and Qwen2 (llama family), Mixtral and Qwen3-MoE (llama family with
-    SwiGLU experts: counted, not yet priced), GPT-2 and GPT-NeoX (gpt family).
+    Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen3-MoE and GPT-OSS (llama family
+    with gated experts; GPT-OSS with its windows, sinks and biases), GPT-2 and GPT-NeoX (gpt family).
 
     Raises:
         ConfigImportError: not a mapping, no or unsupported architecture, or a missing key.
@@ -274,9 +303,10 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
             else None,
             ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False)),
+            qkv_bias=arch == "Qwen2ForCausalLM" or (bool(cfg.get("attention_bias", False)) and arch != "GptOssForCausalLM"),
             qk_norm=arch == "Qwen3MoeForCausalLM",  # Qwen3's attention always normalises Q and K per head
         )
+        spec.update(_gpt_oss_attention(cfg, name) if arch == "GptOssForCausalLM" else _window_of(cfg, arch, name))
         if arch in _MOE_LIKE:
             spec["moe"] = _moe_of(cfg, arch, name)
     elif arch == "GPT2LMHeadModel":

@@ -107,17 +107,41 @@ def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     return attention_gemm_flops(model, tokens, tp) + mlp_gemm_flops(model, tokens, tp)
 
 
+FLASH_KEY_TILE = 128
+"""Keys per tile of a flash-attention kernel (FlashAttention-2/3 and cuDNN's fused attention use
+128-wide key blocks for these head widths); a tile the mask touches at all is computed whole."""
+
+
+def computed_score_share(model: ModelSpec, s: int) -> float:
+    """Share of the s x s score matrix a flash kernel computes, averaged over the model's layers.
+
+    A causal layer computes half. A windowed layer of w keys (itself included) computes, per query,
+    the k = min(s, w + T - 1) keys of the tiles its window overlaps (T = FLASH_KEY_TILE), fewer at
+    the start of the sequence: s k - k^2 / 2 of s^2 (1/2 again when k = s). GPT-OSS at s = 4096:
+    w = 128, k = 255, 0.0603 per windowed layer, (0.5 + 0.0603) / 2 = 0.280 over its alternating
+    layers. ASSUMPTION: the pattern's mean per layer (a stage holding an odd number of alternating
+    layers is priced half a layer off)."""
+    full = model.num_layers - model.windowed_layers
+    if not model.windowed_layers:
+        return 0.5
+    k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)
+    windowed = (s * k - k * k / 2) / (s * s)
+    return (full * 0.5 + model.windowed_layers * windowed) / model.num_layers
+
+
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
     """Forward FLOPs of QK^T and PV on one GPU: 2 b s_q s_k a (d_qk + d_v) / tp (4 b s s a d when the
-    widths are equal), halved for a causal mask.
+    widths are equal), times the share a masked flash kernel computes (computed_score_share: half
+    for a causal mask, less with a sliding window).
 
     With CP each GPU holds s/cp queries against all s keys [MegatronCP].
     ASSUMPTION: flash kernels skip fully masked blocks, so causal attention costs half (timing only;
-    MFU uses the unmasked count, as Megatron's formula does).
+    MFU uses the unmasked count, as Megatron's formula does). Without flash (eager) the whole score
+    matrix is computed, window or not.
     """
     dqk, dv = model.core_head_dims
     full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp
-    return full / 2 if causal else full
+    return full * computed_score_share(model, s) if causal else full
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:

@@ -503,9 +503,9 @@ def build_space(
     if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
                            f"framework '{framework}' would drop it (use framework='megatron' or 'any')")
-    if model.moe is not None and framework in ("deepspeed", "torchtitan"):
-        raise PlannerError(f"model.moe: expert-parallel launch configs are emitted for Megatron only so far; "
-                           f"framework '{framework}' would not run {model.name}'s layout (use framework='megatron' or 'any')")
+    if model.megatron_only and framework in ("deepspeed", "torchtitan"):
+        raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
+                           f"'{framework}' would build another model (use framework='megatron' or 'any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)

@@ -236,6 +236,22 @@ class ModelSpec(_Spec):
     """Llama family only: Q/K/V projections carry a bias (Qwen2)."""
     qk_norm: Bool = False
     """Llama family only: RMSNorm over each head's Q and K before RoPE (Qwen3; Megatron --qk-layernorm)."""
+    sliding_window: _count(MAX_SEQ) | None = None
+    """Llama family only: keys a query sees in a windowed layer, itself included (HF sliding_window;
+    Megatron --window-size w-1,0). None: every layer attends to its whole causal context."""
+    full_attention_every: _count(MAX_LAYERS) | None = None
+    """With sliding_window: layers n, 2n, ... (1-based) attend to the whole context and the others are
+    windowed (Megatron --window-attn-skip-freq n; GPT-OSS: 2); None: every layer is windowed."""
+    attention_sinks: Bool = False
+    """Llama family only: a learnable logit per head in each softmax's denominator (GPT-OSS sinks;
+    Megatron --softmax-type learnable, core_attention.softmax_offset): a parameters per layer."""
+    linear_bias: Bool = False
+    """Llama family only: every linear layer has a bias: Q/K/V, the out-projection, each MLP or expert
+    projection and the router (GPT-OSS; Megatron's add_bias_linear, on unless --disable-bias-linear)."""
+    activation: Literal["swiglu", "clamped-quick-geglu"] = "swiglu"
+    """Llama family only: the gated MLP's activation. 'clamped-quick-geglu' is GPT-OSS's
+    (x * sigmoid(1.702 x)) * (y + 1), inputs clamped to 7 (Megatron --quick-geglu --glu-linear-offset 1
+    --activation-func-clamp-value 7). Same three projections and the same cost as SwiGLU."""
     moe: MoESpec | None = None
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
@@ -265,6 +281,17 @@ class ModelSpec(_Spec):
         for name in ("moe", "mla"):
             if getattr(self, name) is not None and self.family == Family.GPT:
                 raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
+        for name in ("sliding_window", "attention_sinks", "linear_bias"):
+            if getattr(self, name) and self.family == Family.GPT:
+                raise ValueError(f"{name}: supported for the 'llama' family only")
+        if self.activation != "swiglu" and self.family == Family.GPT:
+            raise ValueError("activation: the 'gpt' family's MLP is GeLU; gated activations are for 'llama'")
+        if self.full_attention_every is not None and self.sliding_window is None:
+            raise ValueError("full_attention_every: needs sliding_window (which layers are windowed, and by how much)")
+        if self.sliding_window is not None and self.mla is not None:
+            raise ValueError("sliding_window: windowed multi-latent attention is not modelled")
+        if self.linear_bias and self.qkv_bias:
+            raise ValueError("qkv_bias: linear_bias already puts a bias on Q/K/V; set one of them")
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(f"moe: first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})")
         return self
@@ -285,18 +312,48 @@ class ModelSpec(_Spec):
             kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim)
             return q + kv + a * m.v_head_dim * h
         hq, hkv = self.q_hidden, self.kv_hidden
-        return (h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias else 0)
+        return (h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias or self.linear_bias else 0)
+                + (h if self.linear_bias else 0) + (a if self.attention_sinks else 0)
                 + (2 * self.head_dim if self.qk_norm else 0))
+
+    def mlp_params(self, ffn: int) -> int:
+        """One gated MLP (or expert) of inner width ffn: gate, up, down (3 h f), plus the biases of
+        its two projections (2 f + h) with linear_bias."""
+        h = self.hidden_size
+        return 3 * h * ffn + ((2 * ffn + h) if self.linear_bias else 0)
+
+    @cached_property
+    def megatron_only(self) -> tuple[str, ...]:
+        """This model's features that only the Megatron launch config builds (torchtitan's and
+        Megatron-DeepSpeed's configs as emitted would build another model), named with their fields."""
+        return tuple(name for name, on in (
+            ("experts (moe)", self.moe is not None), ("multi-latent attention (mla)", self.mla is not None),
+            ("Q/K norms (qk_norm)", self.qk_norm), ("sliding-window attention (sliding_window)", self.sliding_window is not None),
+            ("attention sinks (attention_sinks)", self.attention_sinks), ("linear biases (linear_bias)", self.linear_bias),
+            (f"the {self.activation} activation (activation)", self.activation != "swiglu")) if on)
+
+    @cached_property
+    def windowed_layers(self) -> int:
+        """Layers whose attention is windowed: all with sliding_window alone, the layers whose 1-based
+        index full_attention_every does not divide with it [megatron-core 0.19.2 transformer/utils.py:
+        is_layer_window_attention, layer_number % window_attn_skip_freq != 0]; 0 without a window."""
+        if self.sliding_window is None:
+            return 0
+        n = self.full_attention_every
+        return self.num_layers - (self.num_layers // n if n else 0)
 
     @cached_property
     def moe_layer_params(self) -> tuple[int, int]:
-        """(total, active) parameters of one MoE layer: attention, two RMSNorms, the router (h x E),
-        the routed SwiGLU experts (E, or top_k of them active, of 3 h f_e) and the shared experts."""
+        """(total, active) parameters of one MoE layer: attention, two RMSNorms, the router (h x E, + E
+        with linear_bias), the routed gated experts (E, or top_k of them active, of mlp_params(f_e))
+        and the shared experts."""
         if self.moe is None:
             raise ValueError("moe_layer_params: a dense model has no MoE layers")
         h, e = self.hidden_size, self.moe
-        base = self.attention_params + 2 * h + h * e.num_experts + 3 * h * e.shared_expert_ffn_hidden_size
-        expert = 3 * h * e.expert_ffn_hidden_size
+        router = h * e.num_experts + (e.num_experts if self.linear_bias else 0)
+        shared = self.mlp_params(e.shared_expert_ffn_hidden_size) if e.shared_expert_ffn_hidden_size else 0
+        base = self.attention_params + 2 * h + router + shared
+        expert = self.mlp_params(e.expert_ffn_hidden_size)
         return base + e.num_experts * expert, base + e.top_k * expert
 
     @cached_property
@@ -369,7 +426,7 @@ class ModelSpec(_Spec):
             norms = 2 * 2 * h  # two LayerNorms, gamma and beta
             return attn + mlp + norms
         attn = self.attention_params  # Q, K, V, out-proj (+ Qwen2 Q/K/V biases; MLA's projections)
-        mlp = 3 * h * f  # gate, up, down (SwiGLU)
+        mlp = self.mlp_params(f)  # gate, up, down (SwiGLU) (+ biases)
         norms = 2 * h  # two RMSNorm scales
         return attn + mlp + norms
 

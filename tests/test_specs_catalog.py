@@ -41,7 +41,7 @@ def test_catalog_has_required_entries():
     for ref in ["gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", *PUBLISHED,
                 "megatron-gpt-1.7b", "megatron-gpt-1t"]:
         assert ref in model_ids()
-    for ref in ["dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x"]:
+    for ref in ["dgx-a100-40g", "dgx-a100-80g", "dgx-h100", "hgx-h200", "dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72", "mi300x"]:
         assert ref in cluster_ids()
 
 
@@ -193,7 +193,9 @@ def test_cluster_override_and_bad_quantity():
     ("dgx-a100-40g", 40_960),   # nvidia-smi "40960MiB" (same)
     ("hgx-h200", 143_771),      # nvidia-smi "143771MiB" (NVIDIA/cuda-samples#311)
     ("dgx-b200", 183_359),      # nvidia-smi "183359MiB" (NVIDIA/TensorRT-LLM#10278)
+    ("dgx-b300", 275_040),      # nvidia-smi "NVIDIA B300 SXM6 AC, 275040 MiB"
     ("gb200-nvl72", 189_471),   # nvidia-smi "189471MiB" on GB200 trays
+    ("gb300-nvl72", 284_672),   # NVIDIA's NVML mock "NVIDIA GB300 NVL": 298,500,227,072 B (no nvidia-smi log found)
     ("mi300x", 196_592),        # 8 CPX partitions x 25,767,706,624 B (ROCm/legacy-rocm-build#4750)
 ])
 def test_gpu_capacity_is_what_the_driver_reports(cluster, mib):

@@ -310,3 +310,22 @@ def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron
     assert r.ok, r.line()
     assert [sum(x) for x in r.details["layers_per_rank"]] == list(stage_layers(p.model, p.layout))
     assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (64, 1, 1)
+
+
+def test_megatron_builds_gpt_oss_layers_as_the_plan_prices_them(megatron_path):
+    """GPT-OSS-120B on 64 B200 in NVIDIA's perf layout (ep 64): Megatron accepts the flags and, by its
+    own is_layer_window_attention, windows 18 of the 36 layers (the odd ones) with 127 keys left of
+    the query, learnable sinks, biased linears and the clamped quick-GELU GLU (offset 1, clamp 7)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m = planner.load_model("gpt-oss-120b")
+    p = planner.evaluate(m, planner.load_cluster("dgx-b200", nodes=8), TrainingSpec(global_batch_size=1280, seq_length=4096),
+                         planner.Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4))
+    r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 10)])[0]
+    assert r.ok, r.line()
+    d = r.details
+    assert d["windowed_layers"] == m.windowed_layers == 18 and d["window_size"] == [127, 0]
+    assert d["softmax_type"] == "learnable" and d["add_bias_linear"] and d["gated_linear_unit"]
+    assert (d["activation"], d["glu_linear_offset"], d["activation_func_clamp_value"]) == ("quick_gelu", 1.0, 7.0)
+    assert (d["ep"], d["edp"], d["num_experts"], d["moe_router_topk"]) == (64, 1, 128, 4)

@@ -93,6 +93,11 @@ def _validate(p: dict) -> dict:
             for r in range(args.pipeline_model_parallel_size):
                 ps.set_pipeline_model_parallel_rank(r)
                 split.append([get_num_layers_to_build(cfg, vp_stage=v if vpp else None) for v in range(vpp or 1)])
+            stage = "attention"  # which layers Megatron windows, by its own rule
+            from megatron.core.transformer.utils import is_layer_window_attention
+
+            windowed = sum(is_layer_window_attention(cfg.window_size, cfg.window_attn_skip_freq, n)
+                           for n in range(1, cfg.num_layers + 1))
             stage = "schedule_rule"
             pp = args.pipeline_model_parallel_size
             # Re-stated from pipeline_parallel/schedules.py (raised only at the first training step):
@@ -113,6 +118,12 @@ def _validate(p: dict) -> dict:
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
                "fp8_param": bool(getattr(cfg, "fp8_param", False)),
+               # the layer as TransformerConfig builds it: windows, sinks, biases, the MLP's activation
+               "window_size": list(cfg.window_size) if cfg.window_size else None, "windowed_layers": windowed,
+               "softmax_type": cfg.softmax_type, "add_bias_linear": bool(cfg.add_bias_linear),
+               "activation": getattr(cfg.activation_func, "__name__", str(cfg.activation_func)),
+               "gated_linear_unit": bool(cfg.gated_linear_unit), "glu_linear_offset": cfg.glu_linear_offset,
+               "activation_func_clamp_value": cfg.activation_func_clamp_value,
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
                "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),
                "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype)}

@@ -44,11 +44,16 @@ LAUNCH_FILE_NAMES = {
 
 
 def refuse_megatron_only(plan, target: str) -> None:
-    """Refuse a plan whose workload prices what only the Megatron emitter turns on (FP8 linears, BF16
-    Adam states): another target's config would drop it while the plan counts on it."""
+    """Refuse a plan whose model or workload only the Megatron emitter turns on (experts, MLA, Q/K
+    norms, windows, sinks, biases, GPT-OSS's activation; FP8 linears, BF16 Adam states): another
+    target's config would drop it while the plan counts on it."""
     from planner.errors import PlannerError
 
-    t = plan.training
+    t, m = plan.training, plan.model
+    features = m.megatron_only
+    if features:
+        raise PlannerError(f"{target}: model {', '.join(features)} emitted for Megatron only; this config would build "
+                           "another model (emit for Megatron)")
     if t.optimizer_states != "fp32":
         raise PlannerError(f"{target}: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
                            "plan prices memory this config would not save (emit for Megatron)")

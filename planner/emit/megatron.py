@@ -45,11 +45,23 @@ def megatron_args(plan: Plan) -> list[str]:
     if m.kv_heads != m.num_attention_heads:
         a += ["--group-query-attention", "--num-query-groups", str(m.kv_heads)]
     if m.family == Family.LLAMA:
-        a += ["--swiglu", "--normalization", "RMSNorm", "--disable-bias-linear"]
+        # GPT-OSS's GLU: quick-GELU gate, +1 on the linear half, inputs clamped to 7 [megatron-core 0.19.2
+        # transformer_config.py: glu_linear_offset, activation_func_clamp_value; Megatron-Bridge
+        # models/gpt_oss/gpt_oss_bridge.py: GPTOSSBridge.provider_bridge]
+        a += (["--swiglu"] if m.activation == "swiglu" else
+              ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0"])
+        a += ["--normalization", "RMSNorm"] + ([] if m.linear_bias else ["--disable-bias-linear"])
         if m.qk_norm:
             a += ["--qk-layernorm"]
         if m.qkv_bias:
             a += ["--add-qkv-bias"]
+    if m.sliding_window is not None:  # priced by planner.cost.computed_score_share
+        # Megatron's window is (keys left of the query, keys right): w keys with the query itself
+        a += ["--window-size", f"{m.sliding_window - 1},0"]
+        if m.full_attention_every is not None:
+            a += ["--window-attn-skip-freq", str(m.full_attention_every)]
+    if m.attention_sinks:  # one learnable logit per head [megatron-core 0.19.2 transformer_config.py: softmax_type]
+        a += ["--softmax-type", "learnable"]
     if m.mla is not None:  # Megatron's MLA flags [Megatron-LM@d98e8a6 megatron/training/arguments.py]
         ml = m.mla
         a += ["--multi-latent-attention", "--kv-lora-rank", str(ml.kv_lora_rank), "--qk-head-dim", str(ml.qk_head_dim),
