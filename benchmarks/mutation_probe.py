@@ -72,6 +72,17 @@ MUTANTS = [
      "MoE: leading dense layers priced as MoE"),
     ("planner/cost.py", "full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp",
      "full = 2 * b * (s / cp) * s * model.num_attention_heads * (2 * dv) / tp", "MoE: MLA core at d_v only"),
+    # GPT-OSS: windows, sinks, biases
+    ("planner/cost.py", "k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "k = min(s, model.sliding_window)",
+     "GPT-OSS: window keys without the kernel's tile"),
+    ("planner/cost.py", "return full * computed_score_share(model, s) if causal else full",
+     "return full / 2 if causal else full", "GPT-OSS: windows priced as causal"),
+    ("planner/specs.py", "return self.num_layers - (self.num_layers // n if n else 0)",
+     "return self.num_layers - (self.num_layers // n + 1 if n else 0)", "GPT-OSS: one full-attention layer too many"),
+    ("planner/specs.py", "return 3 * h * ffn + ((2 * ffn + h) if self.linear_bias else 0)", "return 3 * h * ffn",
+     "GPT-OSS: expert biases not counted"),
+    ("planner/emit/megatron.py", 'f"{m.sliding_window - 1},0"', 'f"{m.sliding_window},0"',
+     "GPT-OSS: Megatron's window one key wider"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq)
@@ -81,6 +92,7 @@ CASES = [  # (model, cluster, nodes, gbs, seq)
     ("llama3-70b", "dgx-h100", 8, 64, 32768),
     ("qwen3-30b-a3b", "dgx-h100", 2, 1024, 4096),
     ("mixtral-8x7b", "dgx-h100", 4, 512, 4096),
+    ("gpt-oss-120b", "dgx-b200", 8, 1280, 4096),
 ]
 
 RECOMMEND = """
@@ -103,7 +115,8 @@ def recommendations() -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_fidelity.py")
+    ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
+                                       "tests/test_fidelity.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()
