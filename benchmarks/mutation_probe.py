@@ -72,6 +72,12 @@ MUTANTS = [
      "MoE: leading dense layers priced as MoE"),
     ("planner/cost.py", "full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp",
      "full = 2 * b * (s / cp) * s * model.num_attention_heads * (2 * dv) / tp", "MoE: MLA core at d_v only"),
+    ("planner/cost.py", "return (max(0.0, a_b - pre_f) + max(0.0, a_f - lt.mlp_bwd) + max(0.0, a_b - lt.mlp_fwd)",
+     "return (max(0.0, a_b - pre_f) + max(0.0, a_f - lt.mlp_bwd) + max(0.0, a_b - 2 * lt.mlp_fwd)",
+     "MoE: EP overlap hides dispatch_bwd behind twice mlp_fwd"),
+    ("planner/cost.py", "        ep = paired + (ep - paired) * unpaired\n", "        ep = paired\n",
+     "MoE: EP overlap's unpaired first forward / last backward free"),
+    ("planner/memory.py", "extra = 1 if layout.ep_overlap else 0", "extra = 0", "MoE: EP overlap's extra micro-batch free"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "k = min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),

@@ -260,7 +260,8 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
     ASSUMPTIONS (the tables print the layout and throughput only): Megatron's distributed optimizer
     (ZeRO-1, the perf recipes' default) with gradient and parameter overlap, sequence parallelism
     with TP (Megatron requires it for MoE), no recompute where the row publishes none (the perf
-    scripts' family default), ETP = the recipe's value, else TP (Megatron's default). Rows whose
+    scripts' family default), ETP = the recipe's value, else TP (Megatron's default), EP all-to-all
+    overlap (Megatron's combined 1F1B) where the row or its recipe turns it on. Rows whose
     dispatcher is DeepEP or HybridEP (both send a token once per remote node and forward it over
     NVLink) are priced with moe_dispatcher='deepep', the others with the all-to-all dispatcher."""
     runs, skipped = [], []
@@ -286,8 +287,9 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         vpp = par.get("vpp") or 1
         disp = str((r.get("moe") or {}).get("token_dispatcher") or (r.get("recipe") or {}).get("token_dispatcher") or "")
         deep = ("deepep" in disp.lower() or "hybridep" in disp.lower()) and (par.get("ep") or 1) > 1 and (etp or tp) == 1
+        a2a_overlap = bool((r.get("moe") or {}).get("ep_a2a_overlap") or (r.get("recipe") or {}).get("moe_a2a_overlap"))
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=par.get("ep") or 1, etp=etp, zero_stage=1,
-                        moe_dispatcher="deepep" if deep else "alltoall",
+                        moe_dispatcher="deepep" if deep else "alltoall", ep_overlap=a2a_overlap,
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=vpp, sequence_parallel=tp > 1,
                         overlap_grad_reduce=dp > 1, overlap_param_gather=dp > 1,
                         pipeline_layers=_stage_split(model.num_layers, pp * vpp))

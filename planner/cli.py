@@ -129,6 +129,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|deepep[,...]",
                    help="MoE token dispatchers to search (default alltoall; deepep needs the deep_ep package)")
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
+    g.add_argument("--ep-overlap", choices=["on", "off"], default=None,
+                   help="MoE: Megatron's combined 1F1B hiding the EP all-to-all (default: both searched)")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true", help="even layer splits only (pp must divide the layers)")
     g.add_argument("--max-oom-risk", type=_probability, default=None, metavar="P",
@@ -200,7 +202,8 @@ def _constraints(a) -> dict[str, Any]:
          "ep": _int_or_range("ep", a.ep), "etp": _int_or_range("etp", a.etp),
          "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
          "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3),
-         "moe_dispatcher": [d.strip() for d in a.moe_dispatcher.split(",")] if a.moe_dispatcher else None}
+         "moe_dispatcher": [d.strip() for d in a.moe_dispatcher.split(",")] if a.moe_dispatcher else None,
+         "ep_overlap": None if a.ep_overlap is None else a.ep_overlap == "on"}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
         bad = [m for m in modes if m not in ("none", "selective", "full")]
@@ -349,7 +352,7 @@ def _cmd_plan(a, out: Console) -> int:
 
 def _layout_from_args(a) -> Layout:
     return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, ep=a.ep, etp=a.etp, moe_dispatcher=a.moe_dispatcher,
-                  zero_stage=a.zero,
+                  ep_overlap=a.ep_overlap, zero_stage=a.zero,
                   micro_batch_size=a.micro_batch_size,
                   recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
@@ -506,6 +509,8 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--moe-dispatcher", choices=["alltoall", "deepep"], default="alltoall",
                    help="MoE token dispatcher: Megatron's all-to-all, or its flex dispatcher with DeepEP (needs deep_ep)")
     p.add_argument("--etp", type=_positive_int, default=None, help="MoE: expert tensor-parallel degree (default: = TP)")
+    p.add_argument("--ep-overlap", action="store_true",
+                   help="MoE: Megatron's --overlap-moe-expert-parallel-comm (combined 1F1B hiding the EP all-to-all)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
     p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)

@@ -261,6 +261,10 @@ class LayerTime:
     cp_bwd: float
     ep_fwd: float = 0.0
     ep_bwd: float = 0.0
+    mlp_fwd: float = 0.0
+    """The MoE block's share of fwd: router and expert GEMMs, token permutations (0 for dense layers)."""
+    mlp_bwd: float = 0.0
+    """Its share of bwd."""
 
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -415,7 +419,39 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
         cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
     ep_t = moe.ep if moe is not None else 0.0
-    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t)
+    mlp_f, mlp_b = (moe.gemm + moe.memory, 2 * (moe.gemm + moe.memory)) if moe is not None else (0.0, 0.0)
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b)
+
+
+def ep_overlap_exposed(lt: LayerTime) -> float:
+    """Exposed EP seconds of one layer when Megatron's combined 1F1B runs micro-batch i+1's forward
+    beside micro-batch i's backward (--overlap-moe-expert-parallel-comm). Its per-layer order
+    [megatron-core 0.19.2 models/common/model_chunk_schedule_plan.py: TransformerLayerSchedulePlan.run]:
+
+        comm stream: combine_bwd      | dispatch_fwd, dispatch_bwd | combine_fwd
+        comp stream: pre_dispatch_fwd | mlp_bwd, mlp_fwd           | pre_dispatch_bwd
+
+    with each stream in order and each kernel waiting for its input, takes
+    max(a_b, P_f) + max(a_f, M_b) + max(a_b, M_f) + max(a_f, P_b), where a is one all-to-all
+    (half of the direction's dispatch + combine), M the MoE block's compute and P the rest of the
+    layer (attention, norms, its TP / CP collectives). What exceeds the compute alone is exposed."""
+    a_f, a_b = lt.ep_fwd / 2, lt.ep_bwd / 2
+    pre_f = lt.fwd - lt.mlp_fwd + lt.tp_fwd + lt.cp_fwd
+    pre_b = lt.bwd - lt.mlp_bwd + lt.tp_bwd + lt.cp_bwd
+    return (max(0.0, a_b - pre_f) + max(0.0, a_f - lt.mlp_bwd) + max(0.0, a_b - lt.mlp_fwd)
+            + max(0.0, a_f - pre_b))
+
+
+def ep_unpaired_share(layout: Layout, num_micro: int) -> float:
+    """Share of micro-batches whose forward or backward runs alone under the combined 1F1B: the
+    first forward and the last backward (pp = 1), or the interleaved warm-up forwards and cool-down
+    backwards, 2(p - 1) + (v - 1) p + 1 model chunks on the first rank (Megatron schedules one more
+    with the overlap) [megatron-core 0.19.2 pipeline_parallel/schedules.py: get_pp_rank_microbatches;
+    combined_1f1b.py: combined_1f1b_schedule_for_no_pipelining]. ASSUMPTION: the first rank's count
+    for every rank."""
+    p, v = layout.pp, layout.vpp
+    chunks = 2 * (p - 1) + (v - 1) * p + 1
+    return min(1.0, chunks / v / num_micro)
 
 
 UB_SMS = 16
@@ -576,27 +612,33 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     # [megatron-core 0.19.2 pipeline_parallel/schedules.py, overlap_p2p_comm], exposing the excess:
     # 2v max(0, send - (n/v) fwd) = max(0, 2v send - 2 n fwd).
     hidden = 2 * lt.fwd if layout.p2p_overlapped else 0.0
-    compute, rc, tpc, cpc, epc = _layer_terms(lt, layout)
+    unpaired = ep_unpaired_share(layout, num_microbatches(training, layout)) if layout.ep_overlap else 1.0
+    compute, rc, tpc, cpc, epc = _layer_terms(lt, layout, unpaired)
     offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
     d = dense_layers_on(model, layout, stage)
     if d:  # the leading dense layers replace as many MoE layers (recomputed first)
-        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, training, layout, dense=True), layout),
-                                       (compute, rc, tpc, cpc, epc))]
+        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, training, layout, dense=True), layout,
+                                                    unpaired), (compute, rc, tpc, cpc, epc))]
         weights = (d, recomputed_layers(layout, d), d, d, d)
         offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
     return _Pieces(compute + tpc + cpc + epc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
                    tuple(offsets))
 
 
-def _layer_terms(lt: LayerTime, layout: Layout) -> tuple[float, float, float, float, float]:
-    """One layer's (compute, recompute, TP, CP, EP) seconds per micro-batch."""
+def _layer_terms(lt: LayerTime, layout: Layout, unpaired: float = 1.0) -> tuple[float, float, float, float, float]:
+    """One layer's (compute, recompute, TP, CP, EP) seconds per micro-batch; with ep_overlap the EP
+    term is ep_overlap_exposed on paired micro-batches and whole on the `unpaired` share."""
     if layout.recompute == Recompute.SELECTIVE:
         rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
     elif layout.recompute == Recompute.FULL:
         rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  # a whole extra forward, TP and MoE dispatch included
     else:
         rc = 0.0
-    return lt.fwd + lt.bwd, rc, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd, lt.ep_fwd + lt.ep_bwd
+    ep = lt.ep_fwd + lt.ep_bwd
+    if layout.ep_overlap:
+        paired = ep_overlap_exposed(lt)
+        ep = paired + (ep - paired) * unpaired
+    return lt.fwd + lt.bwd, rc, lt.tp_fwd + lt.tp_bwd, lt.cp_fwd + lt.cp_bwd, ep
 
 
 def _coefficients(q: _Pieces) -> StageCoefficients:

@@ -183,7 +183,7 @@ class Rows:
             row = self.pipe[i]
             if row.act is None:
                 sh = self.space.shapes[row.shape]
-                lay = self.space.layouts(sh, None, self.space.recomputes[(sh.pp, sh.vpp)][row.rc], 0)
+                lay = self.space.layouts(sh, None, self.space.rc_options(sh)[row.rc], 0)
                 row.act = _activation_rows(model, cluster, training, lay, row.min_layers)
         for j in sorted({j for _, j in pairs}):
             row = self.static[j]
@@ -284,7 +284,7 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
             t.complete = False
             break
         p = sh.pp
-        for ri, rc in enumerate(space.recomputes[(sh.pp, sh.vpp)]):
+        for ri, rc in enumerate(space.rc_options(sh)):
             lay = space.layouts(sh, None, rc, 0)
             kind, lo = _rc_kind(rc)
             coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}

@@ -67,12 +67,21 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
         out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
                    f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
                    "alltoall,deepep if the cluster has the deep_ep package.")
+    if lay.ep > 1:
+        name = "Megatron's EP overlap (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls beside another's compute)"
+        try:
+            p = evaluate(model, cluster, training, lay.model_copy(update={"ep_overlap": not lay.ep_overlap}))
+            change = f"{p.step_time_s / b.step_time_s - 1:+.1%}" + ("" if p.fits else " and does not fit")
+        except PlannerError as err:
+            change = f"not legal here ({err})"
+        out.append(f"{name} is {'on' if lay.ep_overlap else 'off'}; "
+                   f"{'without' if lay.ep_overlap else 'with'} it the step would take {change}.")
     alts = []
     for ep in (lay.ep // 2, lay.ep * 2):
         if ep < 1 or lay.ep % 2:
             continue
         try:
-            p = evaluate(model, cluster, training, lay.model_copy(update={"ep": ep}))
+            p = evaluate(model, cluster, training, lay.model_copy(update={"ep": ep, "ep_overlap": lay.ep_overlap and ep > 1}))
         except PlannerError:
             alts.append(f"ep {ep} is not a legal layout here")
             continue

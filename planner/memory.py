@@ -507,11 +507,15 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
     1F1B: stage i holds min(p - i, m) micro-batches [Korthikanti22, Eq. 5 and §4.3].
     Interleaved (v chunks): rank i holds min(2(p-i-1) + (v-1)p + 1, m v) chunk-micro-batches of
     L_i/v layers; on the first stage that is p(1 + (p-1)/(p v)) [Korthikanti22, §4.3 / Narayanan21 §2.2].
+    MoE's ep_overlap adds one: micro-batch i+1's forward runs beside micro-batch i's backward (pp = 1),
+    and the interleaved warm-up runs one more chunk [megatron-core 0.19.2 pipeline_parallel/
+    schedules.py: get_pp_rank_microbatches, overlap_moe_expert_parallel_comm].
     """
     p, v, m = layout.pp, layout.vpp, num_microbatches
+    extra = 1 if layout.ep_overlap else 0  # the combined 1F1B runs one more forward ahead (planner.cost.ep_unpaired_share)
     if v == 1:
-        return float(min(p - stage, m))
-    chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+        return float(min(p - stage + extra, m))
+    chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v)
     return chunks / v
 
 

@@ -33,13 +33,12 @@ def enumerate_plans(
     cap_units = int(cluster.gpu.memory // MEM_UNIT_BYTES)
     ranked = []
     for si, shape in enumerate(space.shapes):
-        key = (shape.pp, shape.vpp)
         splits = list(compositions(model.num_layers, shape.pp)) if space.free_split else [None]
         if space.first_last_only:
             splits = [c for c in splits if len(set(c[1:-1])) <= 1]
         if space.free_split and shape.pp > 1:  # an MoE model's leading dense layers sit on the first rank
             splits = [c for c in splits if c[0] >= first_rank_min_layers(model, shape.vpp)]
-        for ri, rc in enumerate(space.recomputes[key]):
+        for ri, rc in enumerate(space.rc_options(shape)):
             for zero in space.zeros[shape.pp]:
                 best = None
                 for ui, split in enumerate(splits):

@@ -172,7 +172,7 @@ def _runners_up(rows: Rows, deadline: float, best: _Found, count: int) -> list[_
 def _to_plan_layout(rows: Rows, f: _Found):
     pr = rows.pipe[f.pipe]
     sh = rows.space.shapes[pr.shape]
-    rc = rows.space.recomputes[(sh.pp, sh.vpp)][pr.rc]
+    rc = rows.space.rc_options(sh)[pr.rc]
     split = f.split if rows.space.free_split else None
     return rows.space.layouts(sh, split, rc, rows.static[f.static].zero)
 

@@ -91,8 +91,9 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
     training) and what the planner prices (ZeRO 0/1, no TP overlap, Megatron's default rank order)."""
     ep, etp = lay.ep, lay.expert_tp
     if model.moe is None:
-        return [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher need a Mixture-of-Experts model; {model.name} is dense"] \
-            if ep > 1 or lay.etp is not None or lay.moe_dispatcher != "alltoall" else []
+        return [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher / ep_overlap need a Mixture-of-Experts model; "
+                f"{model.name} is dense"] \
+            if ep > 1 or lay.etp is not None or lay.moe_dispatcher != "alltoall" or lay.ep_overlap else []
     e, bad = model.moe, []
     if e.num_experts % ep:
         bad.append(f"num_experts({e.num_experts}) % ep({ep}) = {e.num_experts % ep} != 0")
@@ -115,6 +116,13 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
         bad.append(f"moe_dispatcher 'deepep' is priced with ep > 1 and etp 1 (ep({ep}), etp({etp}))")
     if ep > 1 and lay.rank_order != "tp-cp-dp-pp":
         bad.append(f"ep({ep}) > 1 is placed in Megatron's default rank order tp-cp-dp-pp only")
+    if lay.ep_overlap:  # megatron-core 0.19.2 transformer_config.py: TransformerConfig.__post_init__
+        if ep == 1:
+            bad.append("ep_overlap needs ep > 1 (there is no all-to-all to hide)")
+        if lay.pp > 1 and lay.vpp == 1:
+            bad.append(f"ep_overlap with pp({lay.pp}) > 1 needs interleaving (vpp > 1)")
+        if lay.recompute == Recompute.FULL:
+            bad.append("ep_overlap does not run with full recompute")
     return bad
 
 
@@ -264,6 +272,8 @@ class Shape:
     """Expert degrees (MoE; etp None = tp)."""
     dispatcher: str = "alltoall"
     """MoE token dispatcher (Layout.moe_dispatcher)."""
+    ep_overlap: bool = False
+    """MoE: Megatron's combined 1F1B (Layout.ep_overlap)."""
 
 
 @dataclass(frozen=True)
@@ -299,10 +309,17 @@ class Space:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, ep=shape.ep, etp=shape.etp,
-                      moe_dispatcher=shape.dispatcher, pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
+                      moe_dispatcher=shape.dispatcher, ep_overlap=shape.ep_overlap,
+                      pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
                       recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
                       rank_order=self.rank_order,
                       **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap))
+
+    def rc_options(self, shape: Shape) -> tuple[tuple[str, int | None], ...]:
+        """The (mode, recompute_num_layers) options of a shape: its (pp, vpp)'s, less full recompute
+        under ep_overlap (Megatron refuses the pair)."""
+        options = self.recomputes[(shape.pp, shape.vpp)]
+        return tuple(o for o in options if o[0] != "full") if shape.ep_overlap else options
 
     def splits(self, pp: int) -> int:
         """Number of layer splits a configuration with pp ranks ranges over."""
@@ -314,7 +331,7 @@ class Space:
 
     def size(self) -> int:
         """Number of full candidate layouts (configurations x splits)."""
-        return sum(self.splits(s.pp) * len(self.recomputes[(s.pp, s.vpp)]) * len(self.zeros[s.pp])
+        return sum(self.splits(s.pp) * len(self.rc_options(s)) * len(self.zeros[s.pp])
                    for s in self.shapes)
 
 
@@ -347,10 +364,10 @@ def _allowed(name: str, value: int | bool | str, constraints: dict[str, Any]) ->
     return value == rule
 
 
-CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "moe_dispatcher", "zero_stage", "micro_batch_size", "recompute", "vpp",
-                   "sequence_parallel", "uneven_stages", "rank_order")
+CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "moe_dispatcher", "ep_overlap", "zero_stage", "micro_batch_size",
+                   "recompute", "vpp", "sequence_parallel", "uneven_stages", "rank_order")
 _INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
-_BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute")
+_BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute", "ep_overlap")
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
 MOE_DISPATCHERS = ("alltoall", "deepep")
 
@@ -367,8 +384,8 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
 
     Degrees and micro-batch: N, (lo, hi) with None for an open end, or a list/set of N; zero_stage
     likewise in 0..3; recompute: a mode or a list of modes; sequence_parallel: bool; uneven_stages:
-    bool or 'first_last' (only the first and last rank differ);
-    rank_order: one of RANK_ORDERS; moe_dispatcher: one of MOE_DISPATCHERS or a list of them.
+    bool or 'first_last' (only the first and last rank differ); ep_overlap: bool (unset: both where
+    Megatron allows it); rank_order: one of RANK_ORDERS; moe_dispatcher: one of MOE_DISPATCHERS or a list of them.
 
     Raises:
         PlannerError: one line naming the constraint and the rule.
@@ -534,13 +551,17 @@ def build_space(
     eps = [e for e in divisors(model.moe.num_experts) if _allowed("ep", e, constraints)] if moe else [1]
 
     dispatchers = sorted(constraints.get("moe_dispatcher") or {"alltoall"})
+    overlap_options = [constraints["ep_overlap"]] if "ep_overlap" in constraints else [False, True]
+    if constraints.get("ep_overlap") and not moe:
+        raise PlannerError(f"constraint ep_overlap: {model.name} is dense (there is no all-to-all to overlap)")
 
-    def experts(tp: int) -> list[tuple[int, int | None, str]]:
-        """(ep, etp, dispatcher) options at this tp: etp = tp (Megatron's default, None) or 1 (experts
-        whole); DeepEP where the constraint allows it and it is priced (ep > 1, etp 1), all-to-all
-        elsewhere (with ep 1 nothing is dispatched across GPUs)."""
+    def experts(tp: int) -> list[tuple[int, int | None, str, bool]]:
+        """(ep, etp, dispatcher, ep_overlap) options at this tp: etp = tp (Megatron's default, None) or
+        1 (experts whole); DeepEP where the constraint allows it and it is priced (ep > 1, etp 1),
+        all-to-all elsewhere (with ep 1 nothing is dispatched across GPUs); the combined 1F1B on or
+        off with ep > 1."""
         if not moe:
-            return [(1, None, "alltoall")]
+            return [(1, None, "alltoall", False)]
         etps = [None] + ([1] if tp > 1 else [])
         out = []
         for e in eps:
@@ -548,7 +569,8 @@ def build_space(
                 if not _allowed("etp", tp if t is None else t, constraints):
                     continue
                 deep = e > 1 and (tp if t is None else t) == 1
-                out += [(e, t, d) for d in (dispatchers if deep else ["alltoall"])]
+                ovs = overlap_options if e > 1 else [False]
+                out += [(e, t, d, o) for d in (dispatchers if deep else ["alltoall"]) for o in ovs]
         return list(dict.fromkeys(out))
 
     shapes = []
@@ -577,14 +599,15 @@ def build_space(
                             for sp in ((False, True) if tp > 1 else (False,)):
                                 if not _allowed("sequence_parallel", sp, constraints):
                                     continue
-                                for ep, etp, disp in experts(tp):
+                                for ep, etp, disp, ov in experts(tp):
                                     lay = Layout(tp=tp, pp=pp, dp=dp, cp=cp, micro_batch_size=mbs, vpp=v,
-                                                 sequence_parallel=sp, ep=ep, etp=etp, moe_dispatcher=disp)
+                                                 sequence_parallel=sp, ep=ep, etp=etp, moe_dispatcher=disp,
+                                                 ep_overlap=ov)
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                             pipeline_split=False)
                                     if not probs and (free or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)):
-                                        shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp))
+                                        shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}

@@ -719,6 +719,12 @@ class Layout(_Spec):
     tp_comm_overlap: Bool = False
     """Megatron --tp-comm-overlap (Transformer Engine userbuffers, needs sequence parallelism): each
     sequence-parallel all-gather / reduce-scatter runs beside the GEMM it feeds or follows."""
+    ep_overlap: Bool = False
+    """MoE: Megatron's --overlap-moe-expert-parallel-comm (combined 1F1B): one micro-batch's forward
+    runs beside another's backward layer by layer, each dispatch / combine all-to-all beside the
+    other's attention or expert compute; the first forward and the last backward run alone, and
+    one more micro-batch (pp = 1) or model chunk (interleaved) of activations is in flight. Needs
+    ep > 1, no full recompute and, with pp > 1, interleaving."""
     overlap_p2p: Bool | None = None
     """Interleaved 1F1B: pipeline sends and receives run beside the next chunk's compute. None is
     Megatron's default (megatron-core 0.19.2 arguments.py: on for interleaved schedules, which
@@ -771,8 +777,9 @@ class Layout(_Spec):
             parts.append(f"order={self.rank_order}")
         if self.vpp > 1 and not self.p2p_overlapped:
             parts.append("p2p=exposed")
-        if self.overlap_grad_reduce or self.overlap_param_gather or self.tp_comm_overlap:
-            parts.append("ov=" + "+".join(x for x, on in (("tp", self.tp_comm_overlap), ("grad", self.overlap_grad_reduce),
+        if self.overlap_grad_reduce or self.overlap_param_gather or self.tp_comm_overlap or self.ep_overlap:
+            parts.append("ov=" + "+".join(x for x, on in (("tp", self.tp_comm_overlap), ("ep", self.ep_overlap),
+                                                         ("grad", self.overlap_grad_reduce),
                                                          ("param", self.overlap_param_gather)) if on))
         return " ".join(parts)
 

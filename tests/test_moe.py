@@ -378,3 +378,96 @@ def test_explain_offers_deepep_when_the_ep_group_crosses_nodes():
     lines = explain(m, c, TrainingSpec(global_batch_size=1024, seq_length=4096), sensitivities=False, ep=16)
     assert any("across 2 nodes" in x for x in lines), lines
     assert any("--moe-dispatcher alltoall,deepep" in x for x in lines), lines
+
+
+def _two_stream_schedule(pre_f, m_f, m_b, pre_b, a_f, a_b):
+    """Event-by-event replay of Megatron's combined 1F1B for one layer (model_chunk_schedule_plan.py:
+    TransformerLayerSchedulePlan.run): kernels issue in code order on a compute and a comm stream; each
+    starts when its stream is free and its input is ready."""
+    comp = comm = 0.0
+    done = {}
+
+    def run(stream, name, dur, *after):
+        nonlocal comp, comm
+        start = max([comp if stream == "comp" else comm] + [done[d] for d in after])
+        done[name] = start + dur
+        if stream == "comp":
+            comp = done[name]
+        else:
+            comm = done[name]
+
+    run("comm", "combine_b", a_b)
+    run("comp", "pre_f", pre_f)
+    run("comp", "mlp_b", m_b, "combine_b")
+    run("comm", "dispatch_f", a_f, "pre_f")
+    run("comm", "dispatch_b", a_b, "mlp_b")
+    run("comp", "mlp_f", m_f, "dispatch_f")
+    run("comm", "combine_f", a_f, "mlp_f")
+    run("comp", "pre_b", pre_b, "dispatch_b")
+    return max(done.values())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ep_overlap_exposes_what_the_two_streams_cannot_hide(seed):
+    import random
+
+    from planner.cost import LayerTime, ep_overlap_exposed
+
+    rnd = random.Random(seed)
+    pre_f, m_f, a = rnd.uniform(0.5, 3), rnd.uniform(0.5, 3), rnd.uniform(0.1, 4)
+    tp = rnd.uniform(0, 0.3)
+    lt = LayerTime(fwd=pre_f + m_f, bwd=2 * (pre_f + m_f), attn_fwd=0.2, tp_fwd=tp, tp_bwd=tp, cp_fwd=0.0,
+                   cp_bwd=0.0, ep_fwd=2 * a, ep_bwd=2 * a, mlp_fwd=m_f, mlp_bwd=2 * m_f)
+    alone = (pre_f + tp) + m_f + 2 * m_f + (2 * pre_f + tp)  # the compute of one forward and one backward
+    replay = _two_stream_schedule(pre_f + tp, m_f, 2 * m_f, 2 * pre_f + tp, a, a)
+    assert ep_overlap_exposed(lt) == pytest.approx(replay - alone, abs=1e-12)
+
+
+def test_ep_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
+    """Qwen3-30B on 16 H100, EP 8 in a node: overlapped, the paired micro-batches expose only what the
+    streams cannot hide; the first forward and last backward expose theirs whole (pp 1: one of m);
+    the activations of one more micro-batch are in flight; Megatron gets the flag."""
+    from planner.cost import _layer_time, ep_overlap_exposed
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
+    off = Layout(tp=1, pp=1, dp=16, ep=8, zero_stage=1, micro_batch_size=2)
+    on = off.model_copy(update={"ep_overlap": True})
+    a, b = planner.evaluate(m, c, t, off), planner.evaluate(m, c, t, on)
+    lt = _layer_time(m, c, t, off)
+    micro = 256 // (16 * 2)
+    whole, paired = lt.ep_fwd + lt.ep_bwd, ep_overlap_exposed(lt)
+    assert paired < whole
+    assert b.time.breakdown()["ep_comm"] == pytest.approx(48 * micro * (paired + (whole - paired) / micro), rel=1e-9)
+    assert a.time.breakdown()["ep_comm"] == pytest.approx(48 * micro * whole, rel=1e-9)
+    act = lambda p: p.memory.peak_stage.get("activations")  # noqa: E731
+    assert act(b) == pytest.approx(2 * act(a))  # 1 -> 2 micro-batches in flight
+    assert "--overlap-moe-expert-parallel-comm" in b.to_megatron().args
+    assert "--overlap-moe-expert-parallel-comm" not in a.to_megatron().args
+    assert "ov=ep" in b.layout.short()
+
+
+def test_ep_overlap_rules_are_megatrons():
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
+    for lay, match in ((Layout(tp=1, pp=1, dp=16, ep=1, ep_overlap=True), "needs ep > 1"),
+                       (Layout(tp=1, pp=2, dp=8, ep=8, ep_overlap=True), "needs interleaving"),
+                       (Layout(tp=1, pp=1, dp=16, ep=8, recompute="full", ep_overlap=True), "full recompute")):
+        with pytest.raises(PlannerError, match=match):
+            planner.evaluate(m, c, t, lay)
+    with pytest.raises(PlannerError, match="ep_overlap"):
+        planner.evaluate(planner.load_model("llama3-8b"), c, t, Layout(tp=1, dp=16, ep_overlap=True))
+
+
+def test_search_turns_ep_overlap_on_where_it_pays_and_obeys_the_constraint():
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=1024, seq_length=4096)
+    r = planner.plan(m, c, t, time_limit_s=60, structural=False)
+    assert r.status == "optimal" and r.best.layout.ep > 1 and r.best.layout.ep_overlap
+    off = planner.plan(m, c, t, time_limit_s=60, structural=False, ep_overlap=False)
+    assert not off.best.layout.ep_overlap and off.best.step_time_s > r.best.step_time_s
+    from planner.explain import _experts
+
+    line = next(x for x in _experts(m, c, t, r.best) if "EP overlap" in x)
+    without = planner.evaluate(m, c, t, r.best.layout.model_copy(update={"ep_overlap": False}))
+    assert f"is on; without it the step would take {without.step_time_s / r.best.step_time_s - 1:+.1%}" in line

@@ -329,3 +329,20 @@ def test_megatron_builds_gpt_oss_layers_as_the_plan_prices_them(megatron_path):
     assert d["softmax_type"] == "learnable" and d["add_bias_linear"] and d["gated_linear_unit"]
     assert (d["activation"], d["glu_linear_offset"], d["activation_func_clamp_value"]) == ("quick_gelu", 1.0, 7.0)
     assert (d["ep"], d["edp"], d["num_experts"], d["moe_router_topk"]) == (64, 1, 128, 4)
+
+
+def test_megatron_accepts_the_combined_1f1b_the_plan_prices(megatron_path):
+    """EP all-to-all overlap on Qwen3-30B-A3B, without a pipeline and interleaved over pp 2: Megatron's
+    TransformerConfig (which asserts ep > 1, no full recompute, vpp with pp > 1) builds it."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
+    plans = [planner.evaluate(m, c, t, lay) for lay in (
+        planner.Layout(tp=1, pp=1, dp=16, ep=8, zero_stage=1, ep_overlap=True, recompute="selective"),
+        planner.Layout(tp=1, pp=2, dp=8, ep=8, vpp=4, zero_stage=1, ep_overlap=True))]
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9) for p in plans])
+    for p, r in zip(plans, results):
+        assert r.ok, (p.layout.short(), r.line())
+        assert r.details["overlap_moe_expert_parallel_comm"]

@@ -124,6 +124,7 @@ def _validate(p: dict) -> dict:
                "activation": getattr(cfg.activation_func, "__name__", str(cfg.activation_func)),
                "gated_linear_unit": bool(cfg.gated_linear_unit), "glu_linear_offset": cfg.glu_linear_offset,
                "activation_func_clamp_value": cfg.activation_func_clamp_value,
+               "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
                "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),
                "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype)}
