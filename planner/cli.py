@@ -129,8 +129,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|deepep[,...]",
                    help="MoE token dispatchers to search (default alltoall; deepep needs the deep_ep package)")
     g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
-    g.add_argument("--ep-overlap", choices=["on", "off"], default=None,
-                   help="MoE: Megatron's combined 1F1B hiding the EP all-to-all (default: both searched)")
+    g.add_argument("--ep-overlap", choices=["on", "off", "both"], default=None,
+                   help="MoE: Megatron's combined 1F1B hiding the EP all-to-all (default off, Megatron's; both: searched)")
     g.add_argument("--no-sequence-parallel", action="store_true")
     g.add_argument("--no-uneven-stages", action="store_true", help="even layer splits only (pp must divide the layers)")
     g.add_argument("--max-oom-risk", type=_probability, default=None, metavar="P",
@@ -203,7 +203,7 @@ def _constraints(a) -> dict[str, Any]:
          "micro_batch_size": _int_or_range("micro-batch-size", a.micro_batch_size),
          "zero_stage": _int_or_range("zero", a.zero, lo=0, hi=3),
          "moe_dispatcher": [d.strip() for d in a.moe_dispatcher.split(",")] if a.moe_dispatcher else None,
-         "ep_overlap": None if a.ep_overlap is None else a.ep_overlap == "on"}
+         "ep_overlap": {None: None, "on": True, "off": False, "both": "both"}[a.ep_overlap]}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
         bad = [m for m in modes if m not in ("none", "selective", "full")]

@@ -462,10 +462,12 @@ def test_ep_overlap_rules_are_megatrons():
 def test_search_turns_ep_overlap_on_where_it_pays_and_obeys_the_constraint():
     m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
     t = TrainingSpec(global_batch_size=1024, seq_length=4096)
-    r = planner.plan(m, c, t, time_limit_s=60, structural=False)
+    r = planner.plan(m, c, t, time_limit_s=60, structural=False, ep_overlap="both")
     assert r.status == "optimal" and r.best.layout.ep > 1 and r.best.layout.ep_overlap
-    off = planner.plan(m, c, t, time_limit_s=60, structural=False, ep_overlap=False)
+    off = planner.plan(m, c, t, time_limit_s=60, structural=False)  # Megatron's default: off
     assert not off.best.layout.ep_overlap and off.best.step_time_s > r.best.step_time_s
+    with pytest.raises(PlannerError, match="constraint ep_overlap"):
+        planner.plan(m, c, t, ep_overlap="sometimes")
     from planner.explain import _experts
 
     line = next(x for x in _experts(m, c, t, r.best) if "EP overlap" in x)

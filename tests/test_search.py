@@ -68,7 +68,7 @@ def peak_units(p):
     return int(p.memory.capacity // 2**20) - p.memory_margin_units
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_cpsat_equals_enumerator(inst):
     """Brute force over every configuration and every layer split (L <= 16, p <= 4), priced by
@@ -95,7 +95,7 @@ def test_cpsat_equals_enumerator_on_deeper_models(inst):
     test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
 
 
-@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(layers=(7, 8, 11, 12)))
 def test_first_last_only_splits_equal_the_enumerator(inst):
     """uneven_stages='first_last' (Megatron's --decoder-first/last-pipeline-num-layers): only the
