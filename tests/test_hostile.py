@@ -375,7 +375,7 @@ from planner.oracle import enumerate_plans  # noqa: E402
 from test_search import independent_recheck, instances  # noqa: E402
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(), st.sampled_from([1e-5, 1e-3, 0.02, 0.2]))
 def test_statuses_are_true_under_any_limit(inst, limit):
     """Whatever the limit: 'infeasible' only if the enumerator finds nothing, 'optimal' only with the
@@ -394,7 +394,7 @@ def test_statuses_are_true_under_any_limit(inst, limit):
         assert r.gap is None and r.infeasibility is None
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_allow_idle_never_raises_and_matches_the_enumerator(inst):
     model, cluster, training, framework = inst

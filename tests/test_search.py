@@ -68,7 +68,7 @@ def peak_units(p):
     return int(p.memory.capacity // 2**20) - p.memory_margin_units
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_cpsat_equals_enumerator(inst):
     """Brute force over every configuration and every layer split (L <= 16, p <= 4), priced by
@@ -88,14 +88,14 @@ def test_cpsat_equals_enumerator(inst):
     independent_recheck(result.best)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(layers=(11, 12, 13, 16)))
 def test_cpsat_equals_enumerator_on_deeper_models(inst):
     """As above with 11 to 16 layers (up to 455 splits per four-stage configuration)."""
     test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(layers=(7, 8, 11, 12)))
 def test_first_last_only_splits_equal_the_enumerator(inst):
     """uneven_stages='first_last' (Megatron's --decoder-first/last-pipeline-num-layers): only the
@@ -261,7 +261,7 @@ def test_long_ranking_matches_enumerator_at_scale():
     assert got[-1] > 1.05 * got[0]
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_topk_ranking_equals_enumerator(inst):
     """Deep rankings (re-solves restricted to a widening time window) equal the enumerator's order."""

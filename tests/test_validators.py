@@ -11,7 +11,7 @@ from planner.memory import stage_layers
 from planner.search import plan
 from planner.specs import Layout, TrainingSpec
 
-TOP_K = 3
+TOP_K = 2
 
 # (model, cluster, nodes, global batch, seq, constraints) -- dense GPT and Llama, 8 to 16384 GPUs
 SCENARIOS = [
@@ -94,7 +94,7 @@ def test_megatron_accepts_every_topk_plan(megatron_path):
     from planner.check import check_megatron
 
     plans = _plans("megatron")
-    assert len(plans) >= 3 * 30
+    assert len(plans) >= 2 * 30
     results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
                               for _, p in plans])
     rejected = [(name, p.layout.short(), r.line()) for (name, p), r in zip(plans, results) if not r.ok]
