@@ -140,7 +140,7 @@ def test_deepspeed_accepts_every_topk_plan():
     from planner.check import check_deepspeed
 
     plans = _plans("deepspeed")
-    assert len(plans) >= 3 * 25
+    assert len(plans) >= 2 * 25
     for name, p in plans:
         files = p.to_deepspeed()
         r = check_deepspeed(files.config, p.num_gpus, tp=p.layout.tp, pp=p.layout.pp)
@@ -188,7 +188,7 @@ def test_torchtitan_accepts_every_topk_plan():
     from planner.emit.torchtitan import torchtitan_config_name
 
     plans = _plans("torchtitan")
-    assert len(plans) >= 3 * 25
+    assert len(plans) >= 2 * 25
     for name, p in plans:
         module, config = torchtitan_config_name(p)
         r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus, module=module, config=config,
