@@ -121,9 +121,9 @@ def computed_score_share(model: ModelSpec, s: int) -> float:
     w = 128, k = 255, 0.0603 per windowed layer, (0.5 + 0.0603) / 2 = 0.280 over its alternating
     layers. ASSUMPTION: the pattern's mean per layer (a stage holding an odd number of alternating
     layers is priced half a layer off)."""
-    full = model.num_layers - model.windowed_layers
     if not model.windowed_layers:
         return 0.5
+    full = model.num_layers - model.windowed_layers
     k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)
     windowed = (s * k - k * k / 2) / (s * s)
     return (full * 0.5 + model.windowed_layers * windowed) / model.num_layers

@@ -278,12 +278,9 @@ class ModelSpec(_Spec):
             raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
         if self.qk_norm and (self.family == Family.GPT or self.mla is not None):
             raise ValueError("qk_norm: per-head Q/K norms are for the 'llama' family without MLA (MLA has latent norms)")
-        for name in ("moe", "mla"):
-            if getattr(self, name) is not None and self.family == Family.GPT:
-                raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
-        for name in ("sliding_window", "attention_sinks", "linear_bias"):
+        for name in ("moe", "mla", "sliding_window", "attention_sinks", "linear_bias"):
             if getattr(self, name) and self.family == Family.GPT:
-                raise ValueError(f"{name}: supported for the 'llama' family only")
+                raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
         if self.activation != "swiglu" and self.family == Family.GPT:
             raise ValueError("activation: the 'gpt' family's MLP is GeLU; gated activations are for 'llama'")
         if self.full_attention_every is not None and self.sliding_window is None:
