@@ -75,6 +75,19 @@ def _recompute(text: str | None) -> str | None:
     return None
 
 
+def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
+    """torchtitan's 'selective' as the row's config ran it: 'op' (per-op checkpointing, the
+    llama3 TOMLs' selective_ac_option at the benchmarked commits) or, for '(layer)', its default
+    option '2': every second block fully checkpointed [torchtitan@3bae958 torchtitan/config_manager.py:
+    selective_ac_option default '2'; parallelisms/parallelize_llama.py: ac_freq], priced as full
+    recompute of half the layers. Other stacks' 'selective' is Megatron's attention core."""
+    if not row["source_group"].startswith("torchtitan") or rc != "selective":
+        return rc, None
+    if "(layer)" in str(row.get("recompute")):
+        return "full", row["model"]["n_layers"] // 2
+    return "op", None
+
+
 def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
     """The overlaps a run's declared data-parallel implementation (its `sharding` field) performs.
 
@@ -164,8 +177,10 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         if assumed:  # NeMo performance recipes: SP with TP, TP/DP overlaps on
             sp = tp > 1
             grad_overlap = param_overlap = r["num_gpus"] // (tp * pp * cp) > 1
+        rc, rc_layers = _torchtitan_recompute(r, rc)
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
-                        micro_batch_size=r["micro_batch"], recompute=rc, vpp=par.get("vpp") or 1,
+                        micro_batch_size=r["micro_batch"], recompute=rc, recompute_num_layers=rc_layers,
+                        vpp=par.get("vpp") or 1,
                         sequence_parallel=sp, tp_comm_overlap=assumed and sp,
                         overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap,
                         # 2021 Megatron (SC21) predates overlap_p2p_comm: its interleaved sends were exposed

@@ -128,7 +128,8 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
     g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|deepep[,...]",
                    help="MoE token dispatchers to search (default alltoall; deepep needs the deep_ep package)")
-    g.add_argument("--recompute", default=None, help="none, selective, full, or a comma list")
+    g.add_argument("--recompute", default=None,
+                   help="none, selective (Megatron's attention core), full, op (torchtitan's per-op), or a comma list")
     g.add_argument("--ep-overlap", choices=["on", "off", "both"], default=None,
                    help="MoE: Megatron's combined 1F1B hiding the EP all-to-all (default off, Megatron's; both: searched)")
     g.add_argument("--no-sequence-parallel", action="store_true")
@@ -206,9 +207,9 @@ def _constraints(a) -> dict[str, Any]:
          "ep_overlap": {None: None, "on": True, "off": False, "both": "both"}[a.ep_overlap]}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
-        bad = [m for m in modes if m not in ("none", "selective", "full")]
+        bad = [m for m in modes if m not in ("none", "selective", "full", "op")]
         if bad:
-            raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full, or a comma list)")
+            raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full, op, or a comma list)")
         c["recompute"] = modes
     if a.no_sequence_parallel:
         c["sequence_parallel"] = False
@@ -512,7 +513,8 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep-overlap", action="store_true",
                    help="MoE: Megatron's --overlap-moe-expert-parallel-comm (combined 1F1B hiding the EP all-to-all)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
-    p.add_argument("--recompute", choices=["none", "selective", "full"], default="none")
+    p.add_argument("--recompute", choices=["none", "selective", "full", "op"], default="none",
+                   help="op: torchtitan's per-op selective checkpointing (its 'selective')")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)

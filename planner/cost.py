@@ -102,6 +102,14 @@ def mlp_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     return [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]
 
 
+def op_recompute_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of the linears torchtitan's per-op checkpointing recomputes in one llama block on
+    one GPU: the even ones in forward order (wq, wk, wv, wo, w1, w3, w2), i.e. wk, wo and w3
+    [torchtitan distributed/activation_checkpoint.py: SelectiveAC; see memory._op_saved_bytes]."""
+    h, f = model.hidden_size, model.ffn_hidden_size
+    return [2 * tokens * h * model.kv_hidden / tp, 2 * tokens * model.q_hidden * h / tp, 2 * tokens * h * f / tp]
+
+
 def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     """Forward FLOPs of each GEMM of one dense layer on one GPU: attention_gemm_flops, then mlp_gemm_flops."""
     return attention_gemm_flops(model, tokens, tp) + mlp_gemm_flops(model, tokens, tp)
@@ -265,6 +273,9 @@ class LayerTime:
     """The MoE block's share of fwd: router and expert GEMMs, token permutations (0 for dense layers)."""
     mlp_bwd: float = 0.0
     """Its share of bwd."""
+    op_recompute: float = 0.0
+    """What torchtitan's per-op checkpointing re-runs in backward (op_recompute_gemm_flops' linears,
+    every elementwise pass, the TP collectives it does not keep); 0 where Recompute.OP is not priced."""
 
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -420,7 +431,15 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
     ep_t = moe.ep if moe is not None else 0.0
     mlp_f, mlp_b = (moe.gemm + moe.memory, 2 * (moe.gemm + moe.memory)) if moe is not None else (0.0, 0.0)
-    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b)
+    op_rc = 0.0
+    if model.family == Family.LLAMA and model.mla is None and moe is None and not tp_comm_overlap:
+        # per-op checkpointing re-runs the linears it did not keep, every elementwise op (and the FP8
+        # casts of those linears), and the collectives it does not keep: the sequence-parallel
+        # all-gathers (its reduce-scatters are kept), or the all-reduces without SP
+        op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp), fp8)
+        op_tp = tp_fwd * (ag / (ag + rs) if tp > 1 and sequence_parallel else 1.0)
+        op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc)
 
 
 def ep_overlap_exposed(lt: LayerTime) -> float:
@@ -535,8 +554,8 @@ class StageCoefficients:
 
 
 def recomputed_layers(layout: Layout, layers: int) -> int:
-    """Layers of a rank that pay the recompute term: all with selective (the attention core) or
-    full recompute, min(recompute_num_layers, layers) with a partial full recompute."""
+    """Layers of a rank that pay the recompute term: all with selective (the attention core), per-op
+    or full recompute, min(recompute_num_layers, layers) with a partial full recompute."""
     if layout.recompute == Recompute.NONE:
         return 0
     if layout.recompute == Recompute.FULL and layout.recompute_num_layers is not None:
@@ -632,6 +651,8 @@ def _layer_terms(lt: LayerTime, layout: Layout, unpaired: float = 1.0) -> tuple[
         rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
     elif layout.recompute == Recompute.FULL:
         rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  # a whole extra forward, TP and MoE dispatch included
+    elif layout.recompute == Recompute.OP:
+        rc = lt.op_recompute
     else:
         rc = 0.0
     ep = lt.ep_fwd + lt.ep_bwd

@@ -226,6 +226,28 @@ def _llama_terms(
     return terms
 
 
+def _op_saved_bytes(b: int, s: float, h: int, a: int, g: int, d: int, f: int, tp: int, sequence_parallel: bool) -> float:
+    """Bytes torchtitan's per-op selective checkpointing keeps for one llama block.
+
+    Its policy saves the outputs of attention and of every other linear, counted in forward order
+    per block, and the block's input as the checkpoint's argument; everything else is recomputed
+    [torchtitan distributed/activation_checkpoint.py: SelectiveAC._wrap_block, 'Save all compute/comm
+    ops, except every second mm/linear']. torchtitan's block runs wq, wk, wv (Attention.forward), wo,
+    then w1, w3, w2 (FeedForward.forward: w2(silu(w1(x)) * w3(x))), so wq, wv, w1 and w2 are kept.
+    With TP, w2's output is the row-parallel partial sum over the whole local sequence (h wide on
+    every rank); with sequence parallelism the reduce-scatters after wo and w2 are communication ops
+    the policy also keeps."""
+    sb = s * b
+    hq, hkv = a * d, g * d
+    saved = 2 * sb * h / (tp if sequence_parallel else 1)  # the block's input
+    saved += 2 * sb * hq / tp + 2 * sb * hkv / tp  # wq and wv outputs
+    saved += 2 * sb * hq / tp + 4 * a * sb / tp  # attention output and its fp32 logsumexp
+    saved += 2 * sb * f / tp + 2 * sb * h  # w1 output, w2 output (partial sums with TP)
+    if tp > 1 and sequence_parallel:
+        saved += 2 * (2 * sb * h / tp)  # the reduce-scatter outputs of wo and w2
+    return saved
+
+
 def _mla_terms(b: int, s: float, h: int, a: int, m, f: int) -> list[tuple[float, str]]:
     """Multi-latent attention layer terms (flash attention, fused RoPE) from Megatron's forward
     [Megatron-LM@d98e8a6 megatron/core/transformer/multi_latent_attention.py: MLASelfAttention.
@@ -289,7 +311,7 @@ def activation_bytes_per_layer(
         seq_length: s (the whole sequence; CP splits it).
         tp, cp: tensor- and context-parallel degrees.
         sequence_parallel: Megatron SP (shards the replicated terms by tp).
-        recompute: 'none', 'selective' or 'full'.
+        recompute: 'none', 'selective', 'full' or 'op' (torchtitan's per-op checkpointing).
         attention: 'flash' (no s^2 storage) or 'eager'.
         rope_fusion: fused RoPE saves no per-layer cos/sin (Megatron's default).
         fp8_inputs: Transformer Engine FP8 linears save their quantized input (1 B per element)
@@ -318,7 +340,7 @@ def activation_bytes_per_layer(
     try:
         rc = Recompute(recompute)
     except ValueError:
-        raise SpecError(f"recompute must be none, selective or full, got {recompute!r}", "recompute") from None
+        raise SpecError(f"recompute must be none, selective, full or op, got {recompute!r}", "recompute") from None
     if cp > 1 and attention != "flash":
         raise SpecError(f"cp ({cp}) > 1 needs attention='flash' (ring attention stores no s^2 scores)", "cp")
     h, a, f = model.hidden_size, model.num_attention_heads, model.ffn_hidden_size
@@ -326,6 +348,11 @@ def activation_bytes_per_layer(
     sp_div = tp if sequence_parallel else 1
     if rc == Recompute.FULL:
         return 2 * s_loc * b * h / sp_div  # only the layer input [Korthikanti22, Table 2]
+    if rc == Recompute.OP:
+        if model.family != Family.LLAMA or model.mla is not None or model.moe is not None:
+            raise SpecError("recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
+                            f"layers only; {model.name} is not one", "recompute")
+        return _op_saved_bytes(b, s_loc, h, a, model.kv_heads, model.head_dim, f, tp, sequence_parallel)
     flash = attention == "flash"
     moe = model.moe if moe_layer else None
     if moe is not None:  # the MLP is the shared experts (its FC1 input is also the router's input)
@@ -712,6 +739,9 @@ def stage_activation_items(
     else:
         items.append(MemoryItem("activations", flight * kept(layout.recompute.value, 0),
                                 f"{flight:g} micro-batches in flight"))
+        if layout.recompute == Recompute.OP:  # backward re-materialises what the block did not keep
+            items.append(MemoryItem("recompute_peak", layer_bytes("none") - layer_bytes("op"),
+                                    "one block's recomputed tensors in backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
     if stage == 0 and model.family == Family.GPT:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from planner.cost import TIME_UNIT_S, PipelineTime, UpdateTime, model_flops_per_token, pipeline_time, update_time
+from planner.cost import (TIME_UNIT_S, PipelineTime, UpdateTime, model_flops_per_token, op_recompute_gemm_flops,
+                          pipeline_time, update_time)
 from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout
 from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
@@ -112,12 +113,15 @@ class Plan:
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilisation: adds the recomputed forward FLOPs [Korthikanti22 Eq. 8]."""
-        extra = {Recompute.NONE: 0.0, Recompute.SELECTIVE: 0.0, Recompute.FULL: 1 / 3}[self.layout.recompute]
+        extra = {Recompute.FULL: 1 / 3}.get(self.layout.recompute, 0.0)
         if self.layout.recompute == Recompute.FULL and self.layout.recompute_num_layers is not None:
             extra *= min(1.0, self.layout.recompute_num_layers * self.layout.pp / self.model.num_layers)
         if self.layout.recompute == Recompute.SELECTIVE:  # attention core: 4bs^2h of 72bsh^2(1 + s/6h) per layer
             s, h = self.training.seq_length, self.model.hidden_size
             extra = (s / (6 * h)) / (1 + s / (6 * h)) / 3
+        if self.layout.recompute == Recompute.OP:  # the linears it does not keep, once more forward
+            extra = (self.model.num_layers * sum(op_recompute_gemm_flops(self.model, 1, 1))
+                     / model_flops_per_token(self.model, self.training.seq_length))
         return self.mfu * (1 + extra)
 
     @property

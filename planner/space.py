@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.errors import InvalidLayout, PlannerError
 from planner.memory import stage_layers
-from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
@@ -57,6 +57,12 @@ def layout_problems(
             bad.append(f"(seq_length({s})/cp({cp})) % tp({tp}) = {(s // cp) % tp} != 0 (sequence parallel)")
     if lay.recompute_num_layers is not None and lay.recompute != Recompute.FULL:
         bad.append("recompute_num_layers is only for recompute='full'")
+    if lay.recompute == Recompute.OP:
+        if not op_recompute_priced(model):
+            bad.append(f"recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
+                       f"models only; {model.name} is not one")
+        if lay.tp_comm_overlap:
+            bad.append("recompute 'op' is torchtitan's and tp_comm_overlap Transformer Engine's: not one run")
     if lay.overlap_param_gather and lay.zero_stage == 0:
         bad.append("overlap_param_gather needs the distributed optimizer (zero_stage >= 1)")
     if lay.tp_comm_overlap and not (lay.sequence_parallel and tp > 1):
@@ -82,6 +88,12 @@ def layout_problems(
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
     return bad
+
+
+def op_recompute_priced(model: ModelSpec) -> bool:
+    """Whether Recompute.OP is priced for the model: dense llama-family layers without MLA, the
+    blocks whose linears torchtitan runs in the order memory._op_saved_bytes counts."""
+    return model.family == Family.LLAMA and model.mla is None and model.moe is None
 
 
 def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
@@ -411,9 +423,9 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
         elif name == "recompute":
             modes = [rule] if isinstance(rule, (str, Recompute)) else rule
             if not isinstance(modes, (list, set, frozenset, tuple)) or not modes or any(
-                    str(m) not in ("none", "selective", "full") for m in modes):
-                raise PlannerError(f"constraint recompute: expected 'none', 'selective', 'full' or a list of them, "
-                                   f"got {rule!r}")
+                    str(m) not in RECOMPUTE_MODES for m in modes):
+                raise PlannerError(f"constraint recompute: expected 'none', 'selective', 'full', 'op' or a list of "
+                                   f"them, got {rule!r}")
             out[name] = frozenset(str(m) for m in modes)
         elif name == "uneven_stages" and rule == "first_last":
             out[name] = rule
@@ -489,9 +501,23 @@ FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
 }
 
 
-def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any]) -> tuple[tuple[str, int | None], ...]:
+RECOMPUTE_MODES = tuple(m.value for m in Recompute)
+"""Every recompute mode a constraint may name."""
+
+
+def framework_recomputes(framework: str | None, model: ModelSpec) -> tuple[str, ...]:
+    """The recompute modes a launch target runs: torchtitan's selective checkpointing is per-op
+    (Recompute.OP; it has no attention-core recompute), Megatron's and Megatron-DeepSpeed's is the
+    attention core (Recompute.SELECTIVE); 'any' searches Megatron's set."""
+    if framework == "torchtitan":
+        return ("none", "op", "full") if op_recompute_priced(model) else ("none", "full")
+    return ("none", "selective", "full")
+
+
+def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
+                modes: tuple[str, ...] = ("none", "selective", "full")) -> tuple[tuple[str, int | None], ...]:
     out: list[tuple[str, int | None]] = []
-    for mode in ("none", "selective", "full"):
+    for mode in modes:
         if _allowed("recompute", mode, constraints):
             out.append((mode, None))
     if _allowed("recompute", "full", constraints) and v == 1 and constraints.get("partial_recompute", True):
@@ -534,6 +560,10 @@ def build_space(
                                                for z in zero_stages(framework, 1)):
         raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "
                            f"'{framework}' (it offers ZeRO {', '.join(map(str, zero_stages(framework, 1)))})")
+    rc_modes = framework_recomputes(framework, model)
+    if "recompute" in constraints and not any(_allowed("recompute", m, constraints) for m in rc_modes):
+        raise PlannerError(f"constraint recompute={_shown(constraints['recompute'])} is impossible with framework "
+                           f"'{framework or 'any'}' for {model.name} (it offers {', '.join(rc_modes)})")
     for key, limit in FRAMEWORK_LIMITS.get(framework or "any", {}).items():
         if key in constraints and key not in ("uneven_stages", "partial_recompute") and not _allowed(key, limit, constraints):
             raise PlannerError(f"constraint {key}={constraints[key]!r} is impossible with framework '{framework}' "
@@ -617,7 +647,7 @@ def build_space(
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
-    recomputes = {k: _recomputes(L, k[0], k[1], constraints) for k in keys}
+    recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints)
                        and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
     return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe)

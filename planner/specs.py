@@ -165,6 +165,11 @@ class Recompute(StrEnum):
     """Recompute only the attention core (QK^T, softmax, dropout, PV)."""
     FULL = "full"
     """Store only each layer's input and recompute the whole layer in backward."""
+    OP = "op"
+    """torchtitan's per-op selective checkpointing (activation_checkpoint mode 'selective'): keep each
+    block's input, attention's output and every other linear's output; recompute the rest (the other
+    linears, norms, RoPE, activations) in backward [torchtitan distributed/activation_checkpoint.py:
+    SelectiveAC]. Dense llama-family layers only."""
 
 
 class MoESpec(_Spec):

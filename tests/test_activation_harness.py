@@ -37,3 +37,21 @@ def test_ledger_matches_pytorch(fam, b, s, h, a, g, attn, rc):
     measured = saved_bytes(DecoderLayer(fam, h, a, g, f, attention=attn, recompute=rc), b, s)
     predicted = activation_bytes_per_layer(model, b, s, recompute=rc, attention=attn)
     assert predicted == pytest.approx(measured, rel=HARNESS_TOL)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("b,s,h,a,g,f", [(1, 64, 128, 4, 4, 256), (2, 128, 256, 8, 2, 512), (1, 128, 256, 8, 8, 704)])
+def test_op_checkpointing_matches_torch_selective_checkpointing(b, s, h, a, g, f):
+    """Recompute.OP against torch's own selective checkpointing running torchtitan's policy on a
+    torchtitan-style block: the bytes its cache keeps plus the block input, to the byte. On the CPU
+    SDPA runs _scaled_dot_product_flash_attention_for_cpu, the stand-in for the CUDA flash op that
+    torchtitan's save list names (same outputs: the attention output and the fp32 logsumexp)."""
+    from torch_layers import TitanBlock, op_checkpoint_saved_bytes
+    save = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+    model = ModelSpec(name="t", family="llama", num_layers=1, hidden_size=h, num_attention_heads=a, num_kv_heads=g,
+                      ffn_hidden_size=f, vocab_size=512)
+    measured = op_checkpoint_saved_bytes(TitanBlock(h, a, g, f), b, s, save)
+    assert activation_bytes_per_layer(model, b, s, recompute="op") == measured
+    # and it keeps less than no recompute, more than full recompute
+    assert activation_bytes_per_layer(model, b, s, recompute="full") < measured
+    assert measured < activation_bytes_per_layer(model, b, s, recompute="none")

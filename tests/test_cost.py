@@ -537,3 +537,36 @@ def test_bf16_adam_states_of_the_precision_aware_optimizer():
     assert args[args.index("--exp-avg-dtype") + 1] == "bf16" and "--use-precision-aware-optimizer" in args
     with pytest.raises(planner.PlannerError, match="precision-aware"):
         b.to_deepspeed()
+
+
+def test_op_checkpointing_recomputes_the_linears_it_did_not_keep():
+    """torchtitan's per-op checkpointing re-runs wk, wo and w3 (the even linears of wq, wk, wv, wo,
+    w1, w3, w2) and every elementwise pass, not attention. Llama-3-8B, b 1, s 4096, one H100 with a
+    flat GEMM curve (0.5 of 989 TFLOP/s): 2 x 4096 x 4096 x (1024 + 4096 + 14336) FLOPs, plus the
+    catalog's 8 fused elementwise passes of 2 x 4096 x 4096 B at 0.89 x 3.35 TB/s, per layer."""
+    from planner.cost import pipeline_time
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(
+        update={"gemm_efficiency": [(0.001, 0.5), (1e6, 0.5)]})})
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    per_layer = (2 * 4096 * 4096 * (1024 + 4096 + 14336) / (0.5 * 989e12)
+                 + 8 * 2 * 4096 * 4096 / (0.89 * 3350e9))
+    pt = pipeline_time(m, c, tr, Layout(dp=8, recompute="op"))
+    assert pt.stages[0].recompute == pytest.approx(32 * per_layer, rel=1e-9)
+
+
+def test_op_checkpointing_repeats_the_all_gathers_not_the_reduce_scatters():
+    """With TP 2 and sequence parallelism the policy keeps the reduce-scatter outputs and re-runs
+    the two forward all-gathers of the 2 x 4096 x 4096 B activations: the recompute term exceeds
+    the TP-less one (same GEMMs per GPU halved) by exactly those all-gathers, on a flat 370 GB/s
+    NVLink: 25 us + (1/2) S / 370 GB/s each [nccl-tests PERFORMANCE.md]."""
+    from planner.cost import pipeline_time
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(
+        update={"gemm_efficiency": [(0.001, 0.5), (1e6, 0.5)]})})
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    gemm = 2 * 4096 * 4096 * (1024 + 4096 + 14336) / 2 / (0.5 * 989e12)
+    elem = 8 * 2 * 4096 * 4096 / 2 / (0.89 * 3350e9)
+    ag = 25e-6 + 0.5 * 2 * 4096 * 4096 / 370e9
+    pt = pipeline_time(m, c, tr, Layout(tp=2, dp=4, sequence_parallel=True, recompute="op"))
+    assert pt.stages[0].recompute == pytest.approx(32 * (gemm + elem + 2 * ag), rel=1e-6)

@@ -18,14 +18,16 @@ CASES = {
                                Layout(tp=8, pp=4, dp=2, zero_stage=1, vpp=5, sequence_parallel=True, recompute="selective"),
                                ["megatron"]),
     "llama3-70b-64xh100-titan": ("llama3-70b", "dgx-h100", 8, 1024, 8192,
-                                 Layout(tp=8, pp=4, dp=2, zero_stage=0, vpp=5, sequence_parallel=True, recompute="selective"),
-                                 ["megatron", "torchtitan"]),
+                                 Layout(tp=8, pp=4, dp=2, zero_stage=0, vpp=5, sequence_parallel=True, recompute="op"),
+                                 ["torchtitan"]),
     "gpt3-175b-128xa100-uneven": ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048,
                                   Layout(tp=8, pp=8, dp=2, zero_stage=1, first_stage_layers=9, last_stage_layers=9,
                                          recompute="full"),
                                   ["megatron"]),
     "llama3-8b-8xh100-fsdp": ("llama3-8b", "dgx-h100", 1, 64, 8192, Layout(dp=8, zero_stage=3, recompute="selective"),
-                              ["megatron", "deepspeed", "torchtitan"]),
+                              ["megatron", "deepspeed"]),
+    "llama3-8b-8xh100-fsdp-op": ("llama3-8b", "dgx-h100", 1, 64, 8192, Layout(dp=8, zero_stage=3, recompute="op"),
+                                 ["torchtitan"]),
     "llama2-7b-16xa100-pp": ("llama2-7b", "dgx-a100-80g", 2, 256, 4096,
                              Layout(tp=2, pp=2, dp=4, zero_stage=1, recompute="full"),
                              ["megatron", "deepspeed"]),
@@ -123,6 +125,21 @@ def test_torchtitan_overrides():
     assert args[-1] == "activation-checkpoint:selective"
     with pytest.raises(planner.PlannerError, match="ZeRO-1 does not exist"):
         _plan("llama2-7b-16xa100-pp").to_torchtitan()
+
+
+def test_selective_means_each_frameworks_own_policy():
+    """torchtitan's 'selective' is its per-op policy (Recompute.OP), Megatron's and Megatron-DeepSpeed's
+    the attention core (Recompute.SELECTIVE): each emitter writes its own and refuses the other."""
+    op, core = _plan("llama3-8b-8xh100-fsdp-op", "torchtitan"), _plan("llama3-8b-8xh100-fsdp", "torchtitan")
+    assert op.to_torchtitan().args[-1] == "activation-checkpoint:selective"
+    assert 'mode = "selective"' in op.to_torchtitan().files["job.toml"]
+    with pytest.raises(planner.PlannerError, match="torchtitan: its selective checkpointing is per-op"):
+        core.to_torchtitan()
+    with pytest.raises(planner.PlannerError, match="Megatron: recompute 'op' is torchtitan's"):
+        op.to_megatron()
+    with pytest.raises(planner.PlannerError, match="DeepSpeed: recompute 'op' is torchtitan's"):
+        op.to_deepspeed()
+    assert core.to_megatron().args[core.to_megatron().args.index("--recompute-granularity") + 1] == "selective"
 
 
 def test_pipeline_layout_string():

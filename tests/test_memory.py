@@ -132,3 +132,34 @@ def test_full_recompute_adds_one_layer_at_backward_peak():
     assert st.get("recompute_peak") == activation_bytes_per_layer(m, 1, 4096)
     part = memory_ledger(m, c, tr, Layout(dp=8, recompute="full", recompute_num_layers=8)).stages[0]
     assert part.get("activations") == 8 * 2 * 4096 * 4096 + 24 * activation_bytes_per_layer(m, 1, 4096)
+
+
+def test_op_checkpointing_by_hand_with_tp_and_sequence_parallel():
+    """torchtitan's per-op checkpointing of one Llama-3-8B block (h 4096, 32 heads of 128, 8 KV
+    heads, f 14336), b 1, s 4096, TP 2 with sequence parallelism, by hand from its policy (wq, wv,
+    w1, w2 and attention kept; the reduce-scatters after wo and w2 kept; the block input):
+    input 2 x 4096 x 4096 / 2; wq out 2 x 4096 x 4096 / 2; wv out 2 x 4096 x 1024 / 2; attention
+    out 2 x 4096 x 4096 / 2 + lse 4 x 32 x 4096 / 2; w1 out 2 x 4096 x 14336 / 2; w2's partial
+    sums 2 x 4096 x 4096 (whole); two reduce-scatter outputs 2 x 4096 x 4096 / 2 each."""
+    m = planner.load_model("llama3-8b")
+    s = 4096
+    by_hand = (s * 4096 + s * 4096 + s * 1024 + s * 4096 + 2 * 32 * s + s * 14336 + 2 * s * 4096
+               + 2 * s * 4096)
+    assert activation_bytes_per_layer(m, 1, s, tp=2, sequence_parallel=True, recompute="op") == by_hand
+    # without TP: the whole-width terms, no reduce-scatter outputs
+    whole = 2 * s * 4096 * 4 + 2 * s * 1024 + 4 * 32 * s + 2 * s * 14336
+    assert activation_bytes_per_layer(m, 1, s, recompute="op") == whole
+    # the ledger keeps it per layer and adds the block re-materialised in backward
+    st = memory_ledger(m, planner.load_cluster("dgx-h100"), TrainingSpec(global_batch_size=8, seq_length=s),
+                       Layout(dp=8, zero_stage=3, recompute="op")).stages[0]
+    assert st.get("activations") == 32 * whole
+    assert st.get("recompute_peak") == activation_bytes_per_layer(m, 1, s) - whole
+
+
+def test_op_checkpointing_is_refused_outside_dense_llama():
+    with pytest.raises(SpecError, match="recompute 'op'"):
+        activation_bytes_per_layer(planner.load_model("gpt3-175b"), 1, 2048, recompute="op")
+    m, c = planner.load_model("gpt3-175b"), planner.load_cluster("dgx-a100-80g", nodes=16)
+    with pytest.raises(planner.PlannerError, match="recompute 'op' .* dense llama-family models only"):
+        planner.evaluate(m, c, TrainingSpec(global_batch_size=1536, seq_length=2048),
+                         Layout(tp=8, pp=8, dp=2, recompute="op"))

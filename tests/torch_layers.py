@@ -181,3 +181,75 @@ def saved_bytes(layer: DecoderLayer, b: int, s: int) -> int:
         out = layer(x)
     del out
     return sum(seen.values())
+
+
+class TitanBlock(torch.nn.Module):
+    """A torchtitan llama block [torchtitan models/llama3: TransformerBlock, Attention, FeedForward]:
+    RMSNorm, separate wq / wk / wv / wo linears, RoPE, SDPA with grouped K/V, then
+    w2(silu(w1(x)) * w3(x)); tensors [b, s, h] as torchtitan lays them out."""
+
+    def __init__(self, h, a, g, f):
+        super().__init__()
+        self.h, self.a, self.g, self.d = h, a, g, h // a
+        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
+        self.wq, self.wk, self.wv, self.wo = lin(h, h), lin(h, g * self.d), lin(h, g * self.d), lin(h, h)
+        self.w1, self.w3, self.w2 = lin(h, f), lin(h, f), lin(f, h)
+        self.n1, self.n2 = torch.nn.RMSNorm(h), torch.nn.RMSNorm(h)
+        self.to(DT)
+
+    def _rope(self, t):
+        s, d = t.shape[1], t.shape[-1]
+        ang = torch.outer(torch.arange(s).float(), 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d)))
+        cos, sin = ang.cos()[None, :, None, :], ang.sin()[None, :, None, :]
+        t1, t2 = t.float().chunk(2, dim=-1)
+        return torch.cat([t1 * cos - t2 * sin, t2 * cos + t1 * sin], dim=-1).to(t.dtype)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        y = self.n1(x)
+        q = self._rope(self.wq(y).view(b, s, self.a, self.d))
+        k = self._rope(self.wk(y).view(b, s, self.g, self.d))
+        v = self.wv(y).view(b, s, self.g, self.d)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, enable_gqa=self.g < self.a)
+        x = x + self.wo(o.transpose(1, 2).reshape(b, s, self.h))
+        y = self.n2(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
+def op_checkpoint_saved_bytes(block: TitanBlock, b: int, s: int, save_ops) -> int:
+    """Bytes torch's selective checkpointing keeps for one forward of `block` under torchtitan's
+    per-op policy (MUST_SAVE the ops in `save_ops`, except every second mm, counted per forward)
+    [torchtitan distributed/activation_checkpoint.py: SelectiveAC._wrap_block]: the distinct storages
+    of the cached op outputs plus the checkpoint's input."""
+    from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+    caches = []
+
+    def context_fn():
+        meta = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            key = "recompute" if ctx.is_recompute else "forward"
+            if func == torch.ops.aten.mm.default:
+                meta[key] += 1
+                if meta[key] % 2 == 0:
+                    return CheckpointPolicy.PREFER_RECOMPUTE
+            return CheckpointPolicy.MUST_SAVE if func in save_ops else CheckpointPolicy.PREFER_RECOMPUTE
+
+        fwd, rc = create_selective_checkpoint_contexts(policy)
+        caches.append(fwd)
+        return fwd, rc
+
+    torch.manual_seed(0)
+    x = torch.randn(b, s, block.h, dtype=DT, requires_grad=True)
+    out = checkpoint(block, x, use_reentrant=False, context_fn=context_fn)
+    seen = {x.untyped_storage().data_ptr(): x.untyped_storage().nbytes()}
+    for entries in caches[0].storage.values():
+        for entry in entries.values() if isinstance(entries, dict) else entries:
+            for w in torch.utils._pytree.tree_leaves(entry):
+                val = getattr(w, "val", None)
+                if isinstance(val, torch.Tensor):
+                    seen[val.untyped_storage().data_ptr()] = val.untyped_storage().nbytes()
+    del out
+    return sum(seen.values())

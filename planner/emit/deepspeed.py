@@ -24,6 +24,9 @@ def _check(plan: Plan) -> None:
     refuse_megatron_only(plan, "DeepSpeed")
     if lay.rank_order != "tp-cp-dp-pp":
         raise PlannerError(f"DeepSpeed: rank order {lay.rank_order} is Megatron's --use-tp-pp-dp-mapping; not emitted here")
+    if lay.recompute == Recompute.OP:
+        raise PlannerError("DeepSpeed: recompute 'op' is torchtitan's per-op checkpointing; Megatron-DeepSpeed's "
+                           "selective recompute is the attention core (plan with framework='deepspeed')")
     if lay.cp > 1:
         raise PlannerError(f"DeepSpeed: cp({lay.cp}) > 1 has no DeepSpeed equivalent; plan with framework='deepspeed'")
     if lay.vpp > 1:

@@ -128,6 +128,9 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--overlap-grad-reduce"]
     if lay.overlap_param_gather:
         a += ["--overlap-param-gather"]
+    if lay.recompute == Recompute.OP:
+        raise PlannerError("Megatron: recompute 'op' is torchtitan's per-op checkpointing; Megatron's selective "
+                           "recompute is the attention core (plan with framework='megatron')")
     if lay.recompute == Recompute.SELECTIVE:
         a += ["--recompute-granularity", "selective"]
     elif lay.recompute == Recompute.FULL:

@@ -28,6 +28,9 @@ def _check(plan: Plan) -> None:
                            "plan with framework='torchtitan'")
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.pipeline_layers is not None:
         raise PlannerError("torchtitan: uneven first/last stage layer counts are not emitted")
+    if lay.recompute == Recompute.SELECTIVE:
+        raise PlannerError("torchtitan: its selective checkpointing is per-op (recompute 'op'), not Megatron's "
+                           "attention-core recompute the plan prices; plan with framework='torchtitan'")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"torchtitan: recomputing {lay.recompute_num_layers} layers per stage is not emitted")
     if lay.tp_comm_overlap:
@@ -62,7 +65,8 @@ def _degrees(plan: Plan) -> dict[str, int | str]:
 
 
 def _ac_mode(plan: Plan) -> str:
-    return {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[plan.layout.recompute]
+    # torchtitan's 'selective' is its per-op policy (SelectiveAC), priced as Recompute.OP
+    return {Recompute.NONE: "none", Recompute.OP: "selective", Recompute.FULL: "full"}[plan.layout.recompute]
 
 
 def torchtitan_overrides(plan: Plan) -> list[str]:
