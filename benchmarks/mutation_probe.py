@@ -78,6 +78,13 @@ MUTANTS = [
     ("planner/cost.py", "        ep = paired + (ep - paired) * unpaired\n", "        ep = paired\n",
      "MoE: EP overlap's unpaired first forward / last backward free"),
     ("planner/memory.py", "extra = 1 if layout.ep_overlap else 0", "extra = 0", "MoE: EP overlap's extra micro-batch free"),
+    # torchtitan's per-op checkpointing (Recompute.OP)
+    ("planner/memory.py", "saved += 2 * sb * f / tp + 2 * sb * h  # w1 output", "saved += 2 * sb * f / tp  # w1 output",
+     "op AC: w2's output not kept"),
+    ("planner/cost.py", "op_tp = tp_fwd * (ag / (ag + rs) if tp > 1 and sequence_parallel else 1.0)", "op_tp = tp_fwd",
+     "op AC re-runs the kept reduce-scatters"),
+    ("planner/cost.py", "op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp", "op_rc = op_gemm + op_tp",
+     "op AC: elementwise recompute free"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "k = min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),

@@ -56,6 +56,8 @@ def _plans(framework):
     for mref, cref, nodes, gbs, seq, cons in SCENARIOS:
         if framework != "megatron":
             cons = {k: v for k, v in cons.items() if k not in ("cp", "vpp", "uneven_stages", "rank_order")}
+        if framework == "torchtitan" and cons.get("recompute") == ["selective"]:  # its selective is per-op
+            cons = dict(cons, recompute=["op"])
         r = plan(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
                  TrainingSpec(global_batch_size=gbs, seq_length=seq), top_k=TOP_K, structural=False,
                  framework=framework, **cons)
