@@ -164,12 +164,18 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
             num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads") if llama else None,
             ffn_hidden_size=mod.get("ffn_hidden_size") or 4 * mod["hidden_size"], vocab_size=mod["vocab_size"],
             max_position_embeddings=None if llama else r["seq_len"],
+            # MPT trains without dropout (resid/attn/emb_pdrop default 0 [llm-foundry@4952183
+            # llmfoundry/models/mpt/configuration_mpt.py: MPTConfig]; the benchmark YAMLs keep them)
+            dropout=False if r["source_group"].startswith("llmfoundry") else None,
         )
         # 2021 Megatron had no flash attention (fused softmax kernels, eager storage)
         attention = "eager" if r["source_group"] == "megatron_sc21_table1" else "flash"
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"],
                                 precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype="fp32",
                                 attention=attention, fp8=fp8,
+                                # llm-foundry's MPT loss_fn defaults to flash-attn's fused cross entropy
+                                # [llm-foundry@4952183 llmfoundry/models/mpt/modeling_mpt.py: ComposerMPTCausalLM]
+                                cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else "fp32",
                                 kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused")
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
         grad_overlap, param_overlap = _declared_overlaps(str(r.get("sharding")), r["zero_stage"])

@@ -107,6 +107,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32", help="gradient buffer: bf16 = 16 B/param, fp32 = 18 (default)")
     p.add_argument("--attention", choices=["flash", "eager"], default="flash")
+    p.add_argument("--cross-entropy", choices=["fp32", "fused"], default="fp32",
+                   help="loss kernel: fp32 logits (Megatron, torch; default) or fused (flash-attn's, llm-foundry's "
+                        "default; priced with --framework any, not emitted)")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
                         "(torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
@@ -257,7 +260,7 @@ def _problem(a):
         if len(vals) > 1 and a.command != "plan":
             raise _UsageError(f"{flag}: a choice is offered by 'plan' only; give one value for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
-                            attention=a.attention, token_budget=a.tokens, fp8=recipes[0],
+                            attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             moe_imbalance=a.moe_imbalance)
     return model, cluster, training

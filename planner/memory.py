@@ -157,31 +157,36 @@ def sharded_static_memory(shards, *, grad_dtype: str, zero_stage: int, optimizer
 # "N": not divided by TP (per-head-independent caches).
 
 
-def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: bool) -> list[tuple[float, str]]:
-    """GPT layer terms, [Korthikanti22, Table 2 and §4.1] and [MemRef §2a]; s is the local sequence."""
+def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: bool,
+               dropout: bool = True) -> list[tuple[float, str]]:
+    """GPT layer terms, [Korthikanti22, Table 2 and §4.1] and [MemRef §2a]; s is the local sequence.
+    Without dropout the masks go, and eager attention keeps one softmax output (= PV input)."""
     sbh = s * b * h
+    mask = [(1 * sbh, "R")] if dropout else []  # a hidden-dropout mask (1 byte)
     terms = [
         (2 * sbh, "R"),  # LN1 input
         (8 * s * b, "R"),  # LN1 mean + rstd, fp32 on GPU [MemRef §2a, 'not in the paper']
         (2 * sbh, "R"),  # QKV GEMM input
         (6 * sbh, "T"),  # Q, K, V (views of one fused 6sbh QKV output)
         (2 * sbh, "T"),  # out-proj GEMM input (= attention output)
-        (1 * sbh, "R"),  # hidden-dropout mask after attention (1 byte)
+        *mask,  # after attention
         (2 * sbh, "R"),  # LN2 input
         (8 * s * b, "R"),  # LN2 mean + rstd
         (2 * sbh, "R"),  # FC1 input
         (2 * s * b * f, "T"),  # GeLU input (FC1 output)
         (2 * s * b * f, "T"),  # FC2 input (GeLU output)
-        (1 * sbh, "R"),  # hidden-dropout mask after the MLP
+        *mask,  # after the MLP
     ]
     if flash:
         terms.append((4 * a * s * b, "C"))  # fp32 logsumexp [MemRef §2a]
-    else:
+    elif dropout:
         terms += [
             (2 * a * s * s_kv * b, "C"),  # softmax output
             (1 * a * s * s_kv * b, "C"),  # attention-dropout mask
             (2 * a * s * s_kv * b, "C"),  # dropped probabilities (PV input)
         ]
+    else:
+        terms.append((2 * a * s * s_kv * b, "C"))  # softmax output (= PV input)
     return terms
 
 
@@ -358,7 +363,7 @@ def activation_bytes_per_layer(
     if moe is not None:  # the MLP is the shared experts (its FC1 input is also the router's input)
         f = moe.shared_expert_ffn_hidden_size
     if model.family == Family.GPT:
-        terms = _gpt_terms(b, s_loc, h, a, f, s, flash)
+        terms = _gpt_terms(b, s_loc, h, a, f, s, flash, model.uses_dropout)
     elif model.mla is not None:
         terms = _mla_terms(b, s_loc, h, a, model.mla, f)
     else:
@@ -744,14 +749,20 @@ def stage_activation_items(
                                     "one block's recomputed tensors in backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
-    if stage == 0 and model.family == Family.GPT:
+    if stage == 0 and model.uses_dropout:
         # embedding-dropout mask, 1 byte per element, per micro-batch in flight [MemRef §2c]
         items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))
     if stage == p - 1:
         # final-norm input + output-GEMM input + fp32 logits: 4sbh(1 + V/h)/t [MemRef §2c]
-        saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
-        items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
-                                "output layer input, fp32 logits and the loss transient"))
+        if training.cross_entropy == "fused":  # the BF16 logits and their BF16 gradient, three fp32 per
+            # row (loss, lse, z-loss) [flash-attn flash_attn/ops/triton/cross_entropy.py: CrossEntropyLoss:
+            # save_for_backward(logits, lse, labels); backward: dlogits = torch.empty_like(logits)]
+            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + (2 + 2) * s_loc * b * V / t + 12 * s_loc * b,
+                                    "output layer input, bf16 logits and their gradient (fused loss)"))
+        else:
+            saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
+            items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
+                                    "output layer input, fp32 logits and the loss transient"))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
     return items
 

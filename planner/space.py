@@ -554,6 +554,9 @@ def build_space(
     if model.megatron_only and framework in ("deepspeed", "torchtitan"):
         raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")
+    if training.cross_entropy != "fp32" and framework not in (None, "any"):
+        raise PlannerError(f"training.cross_entropy: 'fused' (flash-attn's loss) is priced but no launch config turns "
+                           f"it on; framework '{framework}' would keep FP32 logits (use framework='any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)

@@ -257,6 +257,11 @@ class ModelSpec(_Spec):
     """Llama family only: the gated MLP's activation. 'clamped-quick-geglu' is GPT-OSS's
     (x * sigmoid(1.702 x)) * (y + 1), inputs clamped to 7 (Megatron --quick-geglu --glu-linear-offset 1
     --activation-func-clamp-value 7). Same three projections and the same cost as SwiGLU."""
+    dropout: Bool | None = None
+    """Hidden, attention and embedding dropout during training (Megatron's defaults, 0.1): None = the
+    family's (on for 'gpt', off for 'llama'); False for GPT layers trained without it (MPT: its
+    resid/attn/emb_pdrop default to 0 [llm-foundry llmfoundry/models/mpt/configuration_mpt.py],
+    and PyTorch's dropout at p = 0 returns its input and keeps no mask)."""
     moe: MoESpec | None = None
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
@@ -286,6 +291,8 @@ class ModelSpec(_Spec):
         for name in ("moe", "mla", "sliding_window", "attention_sinks", "linear_bias"):
             if getattr(self, name) and self.family == Family.GPT:
                 raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
+        if self.dropout and self.family == Family.LLAMA:
+            raise ValueError("dropout: llama-family layers are priced without dropout (set it on 'gpt' models only)")
         if self.activation != "swiglu" and self.family == Family.GPT:
             raise ValueError("activation: the 'gpt' family's MLP is GeLU; gated activations are for 'llama'")
         if self.full_attention_every is not None and self.sliding_window is None:
@@ -317,6 +324,11 @@ class ModelSpec(_Spec):
         return (h * hq + 2 * h * hkv + hq * h + ((hq + 2 * hkv) if self.qkv_bias or self.linear_bias else 0)
                 + (h if self.linear_bias else 0) + (a if self.attention_sinks else 0)
                 + (2 * self.head_dim if self.qk_norm else 0))
+
+    @property
+    def uses_dropout(self) -> bool:
+        """Whether training runs dropout (and keeps its masks): `dropout`, or the family's default."""
+        return self.dropout if self.dropout is not None else self.family == Family.GPT
 
     def mlp_params(self, ffn: int) -> int:
         """One gated MLP (or expert) of inner width ffn: gate, up, down (3 h f), plus the biases of
@@ -633,6 +645,11 @@ class TrainingSpec(_Spec):
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
     kernels: Literal["fused", "unfused"] = "fused"
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': eager PyTorch."""
+    cross_entropy: Literal["fp32", "fused"] = "fp32"
+    """The loss kernel: 'fp32' works on an FP32 copy of the logits (Megatron's vocab-parallel cross
+    entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
+    (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'). Priced, not
+    emitted: the launch configs refuse it."""
     fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise"] | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8) or torchao's rowwise (torchtitan's float8 default);

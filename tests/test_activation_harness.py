@@ -55,3 +55,17 @@ def test_op_checkpointing_matches_torch_selective_checkpointing(b, s, h, a, g, f
     # and it keeps less than no recompute, more than full recompute
     assert activation_bytes_per_layer(model, b, s, recompute="full") < measured
     assert measured < activation_bytes_per_layer(model, b, s, recompute="none")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("attn,rc", [("flash", "none"), ("eager", "none"), ("eager", "selective"), ("flash", "full")])
+def test_gpt_without_dropout_matches_pytorch(attn, rc):
+    """MPT-style GPT layers (dropout 0: PyTorch keeps no masks) against the real bf16 layer."""
+    b, s, h, a = 2, 128, 256, 8
+    model = ModelSpec(name="t", family="gpt", num_layers=1, hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
+                      vocab_size=512, max_position_embeddings=s, dropout=False)
+    measured = saved_bytes(DecoderLayer("gpt", h, a, a, 4 * h, attention=attn, recompute=rc, dropout=0.0), b, s)
+    predicted = activation_bytes_per_layer(model, b, s, recompute=rc, attention=attn)
+    assert predicted == pytest.approx(measured, rel=HARNESS_TOL)
+    with_masks = activation_bytes_per_layer(model.model_copy(update={"dropout": None}), b, s, recompute=rc, attention=attn)
+    assert (with_masks > predicted) == (rc != "full")

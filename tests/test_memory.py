@@ -163,3 +163,34 @@ def test_op_checkpointing_is_refused_outside_dense_llama():
     with pytest.raises(planner.PlannerError, match="recompute 'op' .* dense llama-family models only"):
         planner.evaluate(m, c, TrainingSpec(global_batch_size=1536, seq_length=2048),
                          Layout(tp=8, pp=8, dp=2, recompute="op"))
+
+
+def test_fused_cross_entropy_keeps_bf16_logits_and_their_gradient():
+    """flash-attn's CrossEntropyLoss (llm-foundry's default loss) saves the BF16 logits and allocates a
+    BF16 gradient of the same shape in backward (flash_attn/ops/triton/cross_entropy.py), with three
+    fp32 values per row: 4 s b h (final-norm and LM-head inputs) + (2 + 2) s b V + 12 s b, against
+    the FP32 path's 4 s b h + 10 s b V. MPT-1B-like: s 2048, b 4, h 2048, V 50368."""
+    from planner.specs import ModelSpec
+    m = ModelSpec(name="mpt-1b", family="gpt", num_layers=24, hidden_size=2048, num_attention_heads=16,
+                  ffn_hidden_size=8192, vocab_size=50368, max_position_embeddings=2048, dropout=False)
+    c = planner.load_cluster("dgx-h100")
+    sb = 2048 * 4
+    fused = memory_ledger(m, c, TrainingSpec(global_batch_size=32, seq_length=2048, cross_entropy="fused"),
+                          Layout(dp=8, micro_batch_size=4)).stages[0]
+    fp32 = memory_ledger(m, c, TrainingSpec(global_batch_size=32, seq_length=2048),
+                         Layout(dp=8, micro_batch_size=4)).stages[0]
+    assert fused.get("logits") == 4 * sb * 2048 + 4 * sb * 50368 + 12 * sb
+    assert fp32.get("logits") == 4 * sb * 2048 + 10 * sb * 50368
+    assert fused.get("embedding") == 0 and fp32.get("embedding") == 0  # no embedding dropout without dropout
+
+
+def test_fused_cross_entropy_is_priced_not_emitted():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096, cross_entropy="fused")
+    p = planner.evaluate(m, c, tr, Layout(dp=8, zero_stage=1))
+    for emit, target in ((p.to_megatron, "Megatron"), (p.to_deepspeed, "DeepSpeed"), (p.to_torchtitan, "torchtitan")):
+        with pytest.raises(planner.PlannerError, match=f"{target}: training.cross_entropy 'fused'"):
+            emit()
+    with pytest.raises(planner.PlannerError, match="cross_entropy: 'fused' .* framework 'megatron'"):
+        planner.plan(m, c, tr)
+    assert planner.plan(m, c, tr, framework=None, top_k=1, structural=False).status == "optimal"

@@ -106,6 +106,9 @@ def test_megatron_accepts_every_topk_plan(megatron_path):
         assert r.details["layers_per_rank"] == _expected_split(p), name
         assert r.details["dp"] == p.layout.dp
         assert r.details["num_microbatches"] == p.time.pipeline.num_microbatches
+        # dropout runs where the ledger keeps its masks (GPT), nowhere else (Megatron's default is 0.1)
+        dropout = 0.1 if p.model.uses_dropout else 0.0
+        assert (r.details["hidden_dropout"], r.details["attention_dropout"]) == (dropout, dropout), name
 
 
 @pytest.mark.parametrize("change,stage", [

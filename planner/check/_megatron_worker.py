@@ -121,6 +121,7 @@ def _validate(p: dict) -> dict:
                # the layer as TransformerConfig builds it: windows, sinks, biases, the MLP's activation
                "window_size": list(cfg.window_size) if cfg.window_size else None, "windowed_layers": windowed,
                "softmax_type": cfg.softmax_type, "add_bias_linear": bool(cfg.add_bias_linear),
+               "hidden_dropout": cfg.hidden_dropout, "attention_dropout": cfg.attention_dropout,
                "activation": getattr(cfg.activation_func, "__name__", str(cfg.activation_func)),
                "gated_linear_unit": bool(cfg.gated_linear_unit), "glu_linear_offset": cfg.glu_linear_offset,
                "activation_func_clamp_value": cfg.activation_func_clamp_value,

@@ -43,12 +43,22 @@ LAUNCH_FILE_NAMES = {
 """The files each emitter writes (checked against the output folder before any work)."""
 
 
+def refuse_unemitted(plan, target: str) -> None:
+    """Refuse what the plan prices and no emitter turns on: flash-attn's fused cross-entropy."""
+    from planner.errors import PlannerError
+
+    if plan.training.cross_entropy != "fp32":
+        raise PlannerError(f"{target}: training.cross_entropy 'fused' (flash-attn's loss, llm-foundry's) is priced but "
+                           "not emitted; this config would keep FP32 logits the plan does not count")
+
+
 def refuse_megatron_only(plan, target: str) -> None:
     """Refuse a plan whose model or workload only the Megatron emitter turns on (experts, MLA, Q/K
     norms, windows, sinks, biases, GPT-OSS's activation; FP8 linears, BF16 Adam states): another
     target's config would drop it while the plan counts on it."""
     from planner.errors import PlannerError
 
+    refuse_unemitted(plan, target)
     t, m = plan.training, plan.model
     features = m.megatron_only
     if features:

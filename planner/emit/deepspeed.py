@@ -90,6 +90,8 @@ def _megatron_deepspeed_args(plan: Plan) -> list[str]:
     if m.family == Family.LLAMA:
         a += ["--swiglu", "--normalization", "rmsnorm", "--disable-bias-linear", "--use-rotary-position-embeddings",
               "--no-position-embedding"]
+    if not m.uses_dropout:  # Megatron-DeepSpeed's defaults are 0.1; the ledger keeps no masks
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     if not m.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
     a += ["--seq-length", str(t.seq_length), "--max-position-embeddings", str(max(t.seq_length, m.max_position_embeddings or 0)),

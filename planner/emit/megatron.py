@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, dump_json, script_word
+from planner.emit import LaunchFiles, dump_json, refuse_unemitted, script_word
 from planner.errors import PlannerError
 from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan
@@ -33,6 +33,7 @@ def pipeline_layout_string(split: tuple[int, ...]) -> str:
 
 def megatron_args(plan: Plan) -> list[str]:
     """The pretrain_gpt.py argument list for the plan (deterministic order)."""
+    refuse_unemitted(plan, "Megatron")
     m, t, lay = plan.model, plan.training, plan.layout
     a: list[str] = [
         "--num-layers", str(m.num_layers),
@@ -55,6 +56,8 @@ def megatron_args(plan: Plan) -> list[str]:
             a += ["--qk-layernorm"]
         if m.qkv_bias:
             a += ["--add-qkv-bias"]
+    if not m.uses_dropout:  # Megatron's defaults are 0.1 (TransformerConfig.hidden_dropout, attention_dropout)
+        a += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]  # the ledger keeps no masks
     if m.sliding_window is not None:  # priced by planner.cost.computed_score_share
         # Megatron's window is (keys left of the query, keys right): w keys with the query itself
         a += ["--window-size", f"{m.sliding_window - 1},0"]

@@ -15,6 +15,8 @@ torchrun --nnodes 1 --nproc-per-node 8 \
   --swiglu \
   --normalization RMSNorm \
   --disable-bias-linear \
+  --attention-dropout 0.0 \
+  --hidden-dropout 0.0 \
   --position-embedding-type rope \
   --untie-embeddings-and-output-weights \
   --seq-length 8192 \
