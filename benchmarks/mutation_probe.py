@@ -85,6 +85,12 @@ MUTANTS = [
      "op AC re-runs the kept reduce-scatters"),
     ("planner/cost.py", "op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp", "op_rc = op_gemm + op_tp",
      "op AC: elementwise recompute free"),
+    # dropout-free GPT layers (MPT), the fused loss, Megatron's dropout flags
+    ("planner/memory.py", 'mask = [(1 * sbh, "R")] if dropout else []', 'mask = [(1 * sbh, "R")]',
+     "MPT: dropout masks kept without dropout"),
+    ("planner/memory.py", "(2 + 2) * s_loc * b * V / t", "2 * s_loc * b * V / t", "fused loss: its gradient free"),
+    ("planner/emit/megatron.py", "    if not m.uses_dropout:  # Megatron's defaults", "    if False:  # Megatron's defaults",
+     "Megatron config runs dropout the ledger ignores"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "k = min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),
