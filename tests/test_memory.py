@@ -194,3 +194,16 @@ def test_fused_cross_entropy_is_priced_not_emitted():
     with pytest.raises(planner.PlannerError, match="cross_entropy: 'fused' .* framework 'megatron'"):
         planner.plan(m, c, tr)
     assert planner.plan(m, c, tr, framework=None, top_k=1, structural=False).status == "optimal"
+
+
+def test_gpt_layer_without_dropout_by_hand():
+    """Korthikanti22 Table 2's 34 sbh (flash) less the two 1-byte hidden-dropout masks: 32 sbh, plus
+    the two LayerNorms' fp32 mean and rstd (16 sb) and flash's fp32 logsumexp (4 a s b); no
+    embedding-dropout mask either. b 1, s 2048, h 4096, 32 heads, f 4h."""
+    from planner.specs import ModelSpec
+    m = ModelSpec(name="mpt-7b-like", family="gpt", num_layers=32, hidden_size=4096, num_attention_heads=32,
+                  ffn_hidden_size=16384, vocab_size=50368, max_position_embeddings=2048, dropout=False)
+    sb = 2048
+    assert activation_bytes_per_layer(m, 1, 2048) == 32 * sb * 4096 + 16 * sb + 4 * 32 * sb
+    with_dropout = m.model_copy(update={"dropout": None})
+    assert activation_bytes_per_layer(with_dropout, 1, 2048) == 34 * sb * 4096 + 16 * sb + 4 * 32 * sb
