@@ -32,11 +32,14 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
 
 
-def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec) -> TrainingSpec | None:
+def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
     """The same workload with FP8 linear layers toggled: Megatron's default recipe on Hopper
-    (delayed), MXFP8 on Blackwell; None where the cluster cannot price FP8."""
+    (delayed), MXFP8 on Blackwell; None where the cluster cannot price FP8 or the launch target does
+    not emit it (DeepSpeed, torchtitan)."""
     if training.fp8 is not None:
         return training.model_copy(update={"fp8": None})
+    if framework in ("deepspeed", "torchtitan"):
+        return None
     recipe = "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
     try:
         check_precision(cluster, training.model_copy(update={"fp8": recipe}))
@@ -161,7 +164,7 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                          "(planner calibrate) and re-plan.")
     if sensitivities:
         so = cluster.scaleout.model_copy(update={"nic_busbw": 2 * cluster.scaleout.nic_busbw})
-        other = _fp8_alternative(cluster, training)
+        other = _fp8_alternative(cluster, training, framework)
         if other is not None:
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,

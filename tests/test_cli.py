@@ -64,6 +64,14 @@ def test_explain_order():
     assert positions == sorted(positions)
 
 
+def test_explain_for_a_framework_without_fp8_skips_the_fp8_sensitivity():
+    """explain's FP8 sensitivity re-plans with FP8 linears, which only the Megatron target emits:
+    for torchtitan (or DeepSpeed) it is left out instead of failing the whole explanation."""
+    code, out, err = run(["explain", *SMALL[:-2], "--framework", "torchtitan"])
+    assert code == 0, err
+    assert "Chosen" in out and "FP8" not in out
+
+
 def test_infeasible_exit_1_with_explanation():
     code, out, err = run(["plan", "llama3.1-405b", "dgx-h100", "--nodes", "1", "--global-batch-size", "8",
                           "--seq-length", "8192"])
