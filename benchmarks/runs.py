@@ -75,6 +75,13 @@ def _recompute(text: str | None) -> str | None:
     return None
 
 
+def _fsdp_float8_all_gather(row: dict, fp8: str | None) -> bool:
+    """torchtitan's float8.enable_fsdp_float8_all_gather where the run's config sets it: the 405B
+    TOML at the documented commit does [torchtitan@3278a52 train_configs/llama3_405b.toml]; the 8B
+    and 70B TOMLs leave float8 off and the benchmark does not give its overrides (ASSUMPTION: off)."""
+    return fp8 == "torchao-tensorwise" and row["model"]["n_layers"] == 126 and row["source_group"].startswith("torchtitan")
+
+
 def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
     """torchtitan's 'selective' as the row's config ran it: 'op' (per-op checkpointing, the
     llama3 TOMLs' selective_ac_option at the benchmarked commits) or, for '(layer)', its default
@@ -120,11 +127,13 @@ def _measured_tokens(row: dict) -> float | None:
 
 
 def _fp8(prec: str) -> str | None:
-    """The FP8 recipe a row's precision names: torchtitan's 'Float8 linears' (torchao float8; priced
-    as 'rowwise', the same GEMMs and casts without a weight cache), NeMo/Megatron 'FP8 (Transformer
-    Engine)' / 'FP8 (hybrid format)' (TE's default recipe then: delayed scaling)."""
+    """The FP8 recipe a row's precision names: torchtitan's 'Float8 linears' (torchao float8 with
+    dynamic tensor-wise scaling, the only scaling torchtitan offered at the benchmarked commits
+    [torchtitan@9dec370 torchtitan/config_manager.py: float8.scaling_type_* 'dynamic' or 'delayed'],
+    so its TP all-gathers are FP8), NeMo/Megatron 'FP8 (Transformer Engine)' / 'FP8 (hybrid
+    format)' (TE's default recipe then: delayed scaling)."""
     if prec.startswith("float8"):
-        return "rowwise"
+        return "torchao-tensorwise"
     if prec.startswith("fp8"):
         return "delayed"
     return None
@@ -172,7 +181,7 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         attention = "eager" if r["source_group"] == "megatron_sc21_table1" else "flash"
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"],
                                 precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype="fp32",
-                                attention=attention, fp8=fp8,
+                                attention=attention, fp8=fp8, fp8_param_gather=_fsdp_float8_all_gather(r, fp8),
                                 # llm-foundry's MPT loss_fn defaults to flash-attn's fused cross entropy
                                 # [llm-foundry@4952183 llmfoundry/models/mpt/modeling_mpt.py: ComposerMPTCausalLM]
                                 cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else "fp32",

@@ -112,7 +112,7 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "default; priced with --framework any, not emitted)")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
-                        "(torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
+                        "or torchao-tensorwise (torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
     p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
                    help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "
                         "fp32,bf16 offers the choice (plan only)")
@@ -225,7 +225,7 @@ def _constraints(a) -> dict[str, Any]:
     return {k: v for k, v in c.items() if v is not None}
 
 
-FP8_CHOICES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8", "rowwise")
+FP8_CHOICES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "torchao-tensorwise")
 
 
 def _word_list(flag: str, text: str, allowed: tuple[str, ...], what: str) -> list[str]:

@@ -27,6 +27,7 @@ import numpy as np
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
 from planner.memory import (
+    FLOAT8_TP_RECIPES,
     TE_FP8_RECIPES,
     ParamShard,
     adam_bytes,
@@ -401,8 +402,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if tp > 1:
         group = placement(cluster, (tp, 1))
         nbytes = 2 * tokens * model.hidden_size
-        if sequence_parallel:
-            ag = collective_time(cluster, group, "allgather", nbytes)
+        if sequence_parallel:  # torchao's float8 TP gathers FP8 (FLOAT8_TP_RECIPES), reduce-scatters BF16
+            ag = collective_time(cluster, group, "allgather", nbytes / 2 if training.fp8 in FLOAT8_TP_RECIPES else nbytes)
             rs = collective_time(cluster, group, "reducescatter", nbytes)
             attn_pair = mlp_pair = ag + rs
             if model.mla is not None:

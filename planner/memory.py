@@ -636,9 +636,11 @@ def stage_static_items(
         MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
                    else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
-    if layout.zero_stage == 3:
-        gathered = ZERO3_PREFETCH_LAYERS * layer_params(model) / layout.tp * PARAM_BYTES
-        items.append(MemoryItem("zero3_gather", gathered, "gathered bf16 weights of two layers"))
+    if layout.zero_stage == 3:  # FP8 where the weights are gathered in FP8 (norms are negligible)
+        per = 1 if training.fp8_param_gather else PARAM_BYTES
+        gathered = ZERO3_PREFETCH_LAYERS * layer_params(model) / layout.tp * per
+        items.append(MemoryItem("zero3_gather", gathered,
+                                f"gathered {'FP8' if per == 1 else 'bf16'} weights of two layers"))
     if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them
@@ -661,7 +663,13 @@ def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout,
 
 
 TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
-"""The recipes Transformer Engine runs (torchao's rowwise is torchtitan's, without a weight cache)."""
+"""The recipes Transformer Engine runs (torchao's rowwise and tensor-wise are torchtitan's, without a weight cache)."""
+
+FLOAT8_TP_RECIPES = frozenset({"torchao-tensorwise"})
+"""Recipes whose sequence-parallel all-gathers move FP8 (1 B per element): torchao's Float8ColwiseParallel
+casts its input before the all-gather, and Float8RowwiseParallel casts the output's gradient before
+the backward all-gather (NoopFwToFloat8BwDynamic); the reduce-scatters stay BF16 [torchao
+float8/float8_tensor_parallel.py; torchtitan applies them with tensor-wise float8]."""
 
 FP8_WEIGHT_BYTES = 2
 """Transformer Engine keeps, across the micro-batches of a step, a row-wise and a column-wise FP8

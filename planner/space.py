@@ -198,12 +198,13 @@ def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | N
     return bad
 
 
-FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "rowwise": (9, 99)}
+FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "rowwise": (9, 99),
+             "torchao-tensorwise": (9, 99)}
 """Compute-capability majors (lo, hi) each FP8 recipe runs on: Transformer Engine's
 _compute_fp8_support (>= 9.0; Ada 8.9 is not a catalogued GPU), _compute_fp8_block_scaling_support
 (>= 9.0 with CUDA >= 12.9), _compute_mxfp8_support (10.x and 11.x; not 12.0+)
 [NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py]; torchao's rowwise
-float8 needs Hopper's FP8 tensor cores too."""
+and tensor-wise float8 need Hopper's FP8 tensor cores too."""
 
 
 def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:

@@ -650,10 +650,13 @@ class TrainingSpec(_Spec):
     entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
     (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'). Priced, not
     emitted: the launch configs refuse it."""
-    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise"] | None = None
+    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "torchao-tensorwise"] | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
-    (delayed, tensorwise, blockwise, mxfp8) or torchao's rowwise (torchtitan's float8 default);
-    None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
+    (delayed, tensorwise, blockwise, mxfp8), or torchao's float8 as torchtitan runs it: 'rowwise'
+    (its default since 2025) or 'torchao-tensorwise' (dynamic tensor-wise scaling, the only one
+    before: its sequence-parallel all-gathers move FP8 [torchao float8/float8_tensor_parallel.py:
+    Float8ColwiseParallel, Float8RowwiseParallel]); None = BF16/FP16 GEMMs. Attention, embedding
+    and the LM head stay in `precision`."""
     optimizer_states: Literal["fp32", "bf16"] = "fp32"
     """Adam's states: 'fp32' (master weights, m, v: 12 B/param) or 'bf16': Megatron's precision-aware
     optimizer with BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16
@@ -663,9 +666,11 @@ class TrainingSpec(_Spec):
     megatron/core/optimizer/__init__.py: use_precision_aware_optimizer; optimizer_config.py:
     store_param_remainders, use_precision_aware_optimizer_no_fp8_or_ds_fp8]."""
     fp8_param_gather: Bool = False
-    """Megatron's --fp8-param-gather: the linear weights are kept as FP8 tensors (no BF16 copy beside
-    the FP8 ones) and the distributed optimizer all-gathers them in FP8. Needs a Transformer Engine
-    recipe (not torchao's rowwise)."""
+    """The linear weights are all-gathered in FP8: Megatron's --fp8-param-gather (kept as FP8 tensors,
+    no BF16 copy beside them; the distributed optimizer gathers FP8) with a Transformer Engine
+    recipe, or torchtitan's float8.enable_fsdp_float8_all_gather with 'torchao-tensorwise' (FSDP2
+    gathers the FP8 cast of each shard [torchao float8/fsdp_utils.py: WeightWithDynamicFloat8CastTensor]).
+    torchao's rowwise has none."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
@@ -681,7 +686,7 @@ class TrainingSpec(_Spec):
                              f"({self.seq_length}) = {n:,} tokens per step exceeds {MAX_TOKENS_PER_STEP:,}")
         if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
             raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
-                             f"mxfp8), got fp8={self.fp8!r}")
+                             f"mxfp8) or torchao-tensorwise, got fp8={self.fp8!r}")
         return self
 
 

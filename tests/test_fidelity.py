@@ -102,7 +102,7 @@ def test_fp8_rows_are_priced_and_fp8_is_faster_than_bf16():
     import fidelity
 
     low = load_runs(low_precision=True)
-    assert {r.training.fp8 for r in low} == {"rowwise", "delayed"} and len(low) >= 20
+    assert {r.training.fp8 for r in low} == {"torchao-tensorwise", "delayed"} and len(low) >= 20
     for r in low:
         planner.evaluate(r.model, r.cluster, r.training, r.layout)
     split = next(r for r in low if r.id == "mlm_examples_llama_fp8_llama3.1_405b_1024gpu").layout.pipeline_layers

@@ -208,3 +208,41 @@ def test_torchao_casts_the_weights_in_every_micro_batch():
     ao = _layer_time_of(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), 2, 1, 1, True)
     w = 3 * 218_103_808 / 2 / (3350e9 * 0.89)
     assert ao.fwd - te.fwd == pytest.approx(w, rel=1e-6) and ao.bwd - te.bwd == pytest.approx(w, rel=1e-6)
+
+
+def test_torchao_tensorwise_tp_gathers_fp8_and_reduce_scatters_bf16():
+    """torchao's float8 TP (tensor-wise): Float8ColwiseParallel casts its input before the
+    sequence-parallel all-gather, Float8RowwiseParallel casts the output gradient before the backward
+    all-gather; the reduce-scatters stay BF16. Llama-3-8B, b 1, s 4096, TP 2 on a flat 370 GB/s
+    NVLink: each all-gather of 2 x 4096 x 4096 B costs 25 us + (1/2) S / 370 GB/s, so each of the
+    4 all-gathers per layer (2 forward, 2 backward) saves (1/2)(S/2) / 370 GB/s, 32 layers."""
+    from planner.cost import pipeline_time
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    c = c.model_copy(update={"nvlink": c.nvlink.model_copy(update={"busbw_curve": [(2**20, 370e9), (2**33, 370e9)]})})
+    lay = Layout(tp=2, dp=4, sequence_parallel=True)
+    tr = dict(global_batch_size=8, seq_length=4096)
+    rowwise = pipeline_time(m, c, TrainingSpec(**tr, fp8="rowwise"), lay).stages[0].tp_comm
+    tensorwise = pipeline_time(m, c, TrainingSpec(**tr, fp8="torchao-tensorwise"), lay).stages[0].tp_comm
+    assert rowwise - tensorwise == pytest.approx(32 * 4 * 0.5 * (2 * 4096 * 4096 / 2) / 370e9, rel=1e-6)
+
+
+def test_fsdp_float8_all_gather_gathers_the_linear_weights_in_one_byte():
+    """torchtitan's float8.enable_fsdp_float8_all_gather (torchao tensor-wise only): FSDP2 gathers
+    the FP8 cast of each linear weight's shard. Llama-3-8B layers hold 218,103,808 linear weights:
+    the two gathered layers take 2 x (218,103,808 + the norms' 2 x 4096, counted alike) x 1 B instead
+    of 2 B, and the ZeRO-3 gathers carry 1 B per linear weight. Rowwise has no such mode."""
+    from planner.memory import param_gather_bytes, stage_params
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(dp=8, zero_stage=3)
+    off = TrainingSpec(**TRAIN, fp8="torchao-tensorwise")
+    on = off.model_copy(update={"fp8_param_gather": True})
+    p_off, p_on = planner.evaluate(m, c, off, lay), planner.evaluate(m, c, on, lay)
+    assert p_off.memory.stages[0].get("zero3_gather") == 2 * (218_103_808 + 2 * 4096) * 2
+    assert p_on.memory.stages[0].get("zero3_gather") == 2 * (218_103_808 + 2 * 4096) * 1
+    psi, lin = stage_params(m, lay, 0, 32), 32 * 218_103_808
+    assert param_gather_bytes(m, on, lay, 0, 32) == pytest.approx((2 * (psi - lin) + lin,))
+    assert p_on.time.dp_exposed < p_off.time.dp_exposed
+    with pytest.raises(planner.PlannerError, match="torchao's"):
+        p_on.to_megatron()
