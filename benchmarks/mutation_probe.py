@@ -91,6 +91,11 @@ MUTANTS = [
     ("planner/memory.py", "(2 + 2) * s_loc * b * V / t", "2 * s_loc * b * V / t", "fused loss: its gradient free"),
     ("planner/emit/megatron.py", "    if not m.uses_dropout:  # Megatron's defaults", "    if False:  # Megatron's defaults",
      "Megatron config runs dropout the ledger ignores"),
+    # torchao tensor-wise float8: FP8 TP all-gathers, FSDP float8 all-gather
+    ("planner/cost.py", "nbytes / 2 if training.fp8 in FLOAT8_TP_RECIPES else nbytes", "nbytes",
+     "float8 TP all-gathers priced in BF16"),
+    ("planner/memory.py", "per = 1 if training.fp8_param_gather else PARAM_BYTES", "per = PARAM_BYTES",
+     "FSDP float8 all-gather: gathered layers kept in BF16"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "k = min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),
@@ -135,7 +140,7 @@ def recommendations() -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
-                                       "tests/test_fidelity.py")
+                                       "tests/test_fidelity.py tests/test_fp8.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()
