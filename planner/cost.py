@@ -433,7 +433,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     ep_t = moe.ep if moe is not None else 0.0
     mlp_f, mlp_b = (moe.gemm + moe.memory, 2 * (moe.gemm + moe.memory)) if moe is not None else (0.0, 0.0)
     op_rc = 0.0
-    if model.family == Family.LLAMA and model.mla is None and moe is None and not tp_comm_overlap:
+    if model.op_recompute_priced and not tp_comm_overlap:
         # per-op checkpointing re-runs the linears it did not keep, every elementwise op (and the FP8
         # casts of those linears), and the collectives it does not keep: the sequence-parallel
         # all-gathers (its reduce-scatters are kept), or the all-reduces without SP

@@ -354,7 +354,7 @@ def activation_bytes_per_layer(
     if rc == Recompute.FULL:
         return 2 * s_loc * b * h / sp_div  # only the layer input [Korthikanti22, Table 2]
     if rc == Recompute.OP:
-        if model.family != Family.LLAMA or model.mla is not None or model.moe is not None:
+        if not model.op_recompute_priced:
             raise SpecError("recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
                             f"layers only; {model.name} is not one", "recompute")
         return _op_saved_bytes(b, s_loc, h, a, model.kv_heads, model.head_dim, f, tp, sequence_parallel)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from planner.errors import InvalidLayout, PlannerError
 from planner.memory import stage_layers
-from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
@@ -58,7 +58,7 @@ def layout_problems(
     if lay.recompute_num_layers is not None and lay.recompute != Recompute.FULL:
         bad.append("recompute_num_layers is only for recompute='full'")
     if lay.recompute == Recompute.OP:
-        if not op_recompute_priced(model):
+        if not model.op_recompute_priced:
             bad.append(f"recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
                        f"models only; {model.name} is not one")
         if lay.tp_comm_overlap:
@@ -88,12 +88,6 @@ def layout_problems(
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
     return bad
-
-
-def op_recompute_priced(model: ModelSpec) -> bool:
-    """Whether Recompute.OP is priced for the model: dense llama-family layers without MLA, the
-    blocks whose linears torchtitan runs in the order memory._op_saved_bytes counts."""
-    return model.family == Family.LLAMA and model.mla is None and model.moe is None
 
 
 def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
@@ -511,7 +505,7 @@ def framework_recomputes(framework: str | None, model: ModelSpec) -> tuple[str, 
     (Recompute.OP; it has no attention-core recompute), Megatron's and Megatron-DeepSpeed's is the
     attention core (Recompute.SELECTIVE); 'any' searches Megatron's set."""
     if framework == "torchtitan":
-        return ("none", "op", "full") if op_recompute_priced(model) else ("none", "full")
+        return ("none", "op", "full") if model.op_recompute_priced else ("none", "full")
     return ("none", "selective", "full")
 
 

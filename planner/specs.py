@@ -326,6 +326,12 @@ class ModelSpec(_Spec):
                 + (2 * self.head_dim if self.qk_norm else 0))
 
     @property
+    def op_recompute_priced(self) -> bool:
+        """Whether Recompute.OP is priced for this model: dense llama-family layers without MLA, the
+        blocks whose linears torchtitan runs in the order memory._op_saved_bytes counts."""
+        return self.family == Family.LLAMA and self.mla is None and self.moe is None
+
+    @property
     def uses_dropout(self) -> bool:
         """Whether training runs dropout (and keeps its masks): `dropout`, or the family's default."""
         return self.dropout if self.dropout is not None else self.family == Family.GPT
