@@ -19,7 +19,7 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import RANK_ORDERS, account_for_ends_split, overlaps
+from planner.space import FP8_ARCHS, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split, overlaps
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.units import count_text
 
@@ -210,7 +210,7 @@ def _constraints(a) -> dict[str, Any]:
          "ep_overlap": {None: None, "on": True, "off": False, "both": "both"}[a.ep_overlap]}
     if a.recompute:
         modes = [m.strip() for m in a.recompute.split(",")]
-        bad = [m for m in modes if m not in ("none", "selective", "full", "op")]
+        bad = [m for m in modes if m not in RECOMPUTE_MODES]
         if bad:
             raise _UsageError(f"--recompute: unknown mode {bad[0]!r} (none, selective, full, op, or a comma list)")
         c["recompute"] = modes
@@ -225,7 +225,7 @@ def _constraints(a) -> dict[str, Any]:
     return {k: v for k, v in c.items() if v is not None}
 
 
-FP8_CHOICES = ("none", "delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "torchao-tensorwise")
+FP8_CHOICES = ("none", *FP8_ARCHS)
 
 
 def _word_list(flag: str, text: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -516,7 +516,7 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ep-overlap", action="store_true",
                    help="MoE: Megatron's --overlap-moe-expert-parallel-comm (combined 1F1B hiding the EP all-to-all)")
     p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=0, metavar="{0,1,2,3}")
-    p.add_argument("--recompute", choices=["none", "selective", "full", "op"], default="none",
+    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none",
                    help="op: torchtitan's per-op selective checkpointing (its 'selective')")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
     p.add_argument("--sequence-parallel", action="store_true")

@@ -496,6 +496,10 @@ FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
 }
 
 
+MEGATRON_ONLY_REFUSED_BY = ("deepspeed", "torchtitan")
+"""Launch targets whose emitters refuse what only Megatron's turns on (FP8 linears, BF16 Adam states,
+the model features of ModelSpec.megatron_only): a search for them must not offer it."""
+
 RECOMPUTE_MODES = tuple(m.value for m in Recompute)
 """Every recompute mode a constraint may name."""
 
@@ -510,7 +514,7 @@ def framework_recomputes(framework: str | None, model: ModelSpec) -> tuple[str, 
 
 
 def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
-                modes: tuple[str, ...] = ("none", "selective", "full")) -> tuple[tuple[str, int | None], ...]:
+                modes: tuple[str, ...]) -> tuple[tuple[str, int | None], ...]:
     out: list[tuple[str, int | None]] = []
     for mode in modes:
         if _allowed("recompute", mode, constraints):
@@ -540,13 +544,13 @@ def build_space(
     """
     constraints = validate_constraints(dict(constraints or {}))
     check_precision(cluster, training)
-    if training.optimizer_states != "fp32" and framework in ("deepspeed", "torchtitan"):
+    if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")
-    if training.fp8 is not None and framework in ("deepspeed", "torchtitan"):
+    if training.fp8 is not None and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
                            f"framework '{framework}' would drop it (use framework='megatron' or 'any')")
-    if model.megatron_only and framework in ("deepspeed", "torchtitan"):
+    if model.megatron_only and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")
     if training.cross_entropy != "fp32" and framework not in (None, "any"):
