@@ -24,7 +24,7 @@ from planner.plans import evaluate  # noqa: E402
 GRID = {
     "attention_efficiency_unfused": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],
     "elementwise_passes": [4.0, 8.0, 16.0],
-    "elementwise_passes_unfused": [30.0, 45.0, 60.0, 80.0, 100.0, 130.0],
+    "elementwise_passes_unfused": [30.0, 45.0, 60.0, 80.0, 100.0, 130.0, 170.0, 220.0],
     "dp_overlap": [0.0, 0.25, 0.5],
 }
 

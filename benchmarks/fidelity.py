@@ -56,10 +56,11 @@ def _with(cluster, update):
     return cluster.model_copy(update={"calibration": cluster.calibration.model_copy(update=update)})
 
 
-def leave_one_group_out(runs) -> dict[str, list[float]]:
-    """Signed throughput errors of each source group, predicted with parameters refitted without it."""
+def leave_one_group_out(runs) -> dict[str, list[tuple]]:
+    """(run, signed throughput error) of each source group's rows, predicted with parameters refitted
+    without the group."""
     usable = [r for r in runs if not r.oom]
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[tuple]] = {}
     for group in sorted({r.group for r in usable}):
         held = [r for r in usable if r.group == group]
         refit: dict[str, dict] = {}
@@ -69,8 +70,51 @@ def leave_one_group_out(runs) -> dict[str, list[float]]:
             refit[gen] = fit(rest, prior)[1] if rest else prior
         for r in held:
             p = evaluate(r.model, _with(r.cluster, refit[generation(r.cluster.name)]), r.training, r.layout)
-            out.setdefault(group, []).append(p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
+            out.setdefault(group, []).append((r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1))
     return out
+
+
+def kendall_tau(pairs: list[tuple[float, float]]) -> float | None:
+    """Kendall's tau-a over the pairs whose measured values differ: (concordant - discordant) / pairs."""
+    conc = disc = 0
+    for i, (m1, p1) in enumerate(pairs):
+        for m2, p2 in pairs[i + 1:]:
+            if m1 == m2:
+                continue
+            s = (m1 - m2) * (p1 - p2)
+            conc += s > 0
+            disc += s < 0
+    return (conc - disc) / (conc + disc) if conc + disc else None
+
+
+def sweep_taus(errors: list[tuple]) -> list[tuple[str, int, float]]:
+    """Ranking within each layout sweep: rows of one source group, model, GPU and sequence length
+    (throughput per GPU, so GPU counts compare), three or more with distinct layouts. Returns
+    (sweep, rows, Kendall tau of predicted against measured)."""
+    sweeps: dict[tuple, list[tuple[float, float]]] = {}
+    for r, e in errors:
+        m = r.model
+        key = (r.group, f"{m.num_layers}L h{m.hidden_size}", r.cluster.gpu.name, r.training.seq_length, r.training.fp8)
+        sweeps.setdefault(key, []).append((r.tokens_per_s_per_gpu, r.tokens_per_s_per_gpu * (1 + e)))
+    out = []
+    for key, pairs in sorted(sweeps.items(), key=lambda kv: str(kv[0])):
+        tau = kendall_tau(pairs) if len(pairs) >= 3 else None
+        if tau is not None:
+            out.append((f"{key[0]} {key[1]} {key[2]} s{key[3]}", len(pairs), tau))
+    return out
+
+
+def print_taus(title: str, errors: list[tuple]) -> None:
+    taus = sweep_taus(errors)
+    if not taus:
+        return
+    print(f"\n{title:60s} {'rows':>5s} {'tau':>6s}")
+    for name, n, tau in taus:
+        print(f"{name[:60]:60s} {n:5d} {tau:+6.2f}")
+    weights = [n * (n - 1) / 2 for _, n, _ in taus]
+    mean = sum(w * t for w, (_, _, t) in zip(weights, taus)) / sum(weights)
+    print(f"{'pair-weighted mean':60s} {sum(n for _, n, _ in taus):5d} {mean:+6.2f}; "
+          f"median {statistics.median(t for _, _, t in taus):+.2f} over {len(taus)} sweeps")
 
 
 def print_table(title: str, groups: dict[str, list[float]]) -> None:
@@ -119,8 +163,13 @@ def main(argv=None) -> int:
             print(f"{r.id:44s} {r.layout.short():52s} {r.tokens_per_s_per_gpu:14.0f} {pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
     groups, mem = summarise(results)
     print_table("in sample (catalog calibration)", groups)
+    in_sample = [(r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
+                 for r, p, _ in results if p is not None and not r.oom]
+    print_taus("ranking within sweeps, in sample (Kendall tau)", in_sample)
     if not args.no_logo:
-        print_table("leave one source group out", leave_one_group_out(runs))
+        logo = leave_one_group_out(runs)
+        print_table("leave one source group out", {g: [e for _, e in v] for g, v in logo.items()})
+        print_taus("ranking within sweeps, leave group out", [x for v in logo.values() for x in v])
     if mem:
         print(f"\n{'peak memory (where published)':34s} {'rows':>5s} {'median err':>13s} {'max |err|':>10s} {'worst under':>12s}")
         for g, errs in sorted(mem.items()):

@@ -74,13 +74,8 @@ def hierarchy(step) -> tuple[float, float, float]:
 
 def step_residuals(runs) -> list[tuple[object, float]]:
     """(run, ln(measured / predicted step time)) out of sample, every usable row."""
-    usable = [r for r in runs if not r.oom]
-    errs = leave_one_group_out(runs)
-    out = []
-    for group, values in errs.items():
-        held = [r for r in usable if r.group == group]
-        out += [(r, math.log(1 + e)) for r, e in zip(held, values)]  # e = pred/meas throughput − 1
-    return out
+    return [(r, math.log(1 + e))  # e = pred/meas throughput − 1
+            for values in leave_one_group_out(runs).values() for r, e in values]
 
 
 def memory_residuals(runs) -> list[tuple[object, float]]:

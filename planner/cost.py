@@ -138,6 +138,40 @@ def computed_score_share(model: ModelSpec, s: int) -> float:
     return (full * 0.5 + model.windowed_layers * windowed) / model.num_layers
 
 
+FLASH_CAUSAL_CURVE = ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0))
+"""FlashAttention-2's causal forward speed (TFLOP/s, masked FLOPs) by sequence length, head dim 128,
+H100 SXM5 [Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Fig. 'Attention forward speed,
+head dim 128 (H100 80GB SXM5)', causal]. Short sequences run far below the plateau: fewer tiles
+per head, and the diagonal tiles (computed whole, half masked) weigh more."""
+FLASH_CURVE_REFERENCE = 8192
+"""The calibrated attention efficiencies are at this length (S26's FlashAttention-2 sweep, seq 8192)."""
+
+
+def flash_length_factor(keys: float) -> float:
+    """Speed of a causal flash kernel whose queries see `keys` keys, relative to the calibrated one
+    at FLASH_CURVE_REFERENCE: FLASH_CAUSAL_CURVE, log-interpolated, clamped at its ends.
+    ASSUMPTION: every GPU and flash kernel (FA2/3, cuDNN) follows FlashAttention-2's H100 shape
+    (no other causal length sweep was found); a windowed layer behaves like a causal one of its
+    window's keys."""
+    xs = [math.log(n) for n, _ in FLASH_CAUSAL_CURVE]
+    ys = [v for _, v in FLASH_CAUSAL_CURVE]
+    ref = dict(FLASH_CAUSAL_CURVE)[FLASH_CURVE_REFERENCE]
+    return float(np.interp(math.log(max(keys, 1.0)), xs, ys)) / ref
+
+
+def flash_speed_factor(model: ModelSpec, s: int, cp: int) -> float:
+    """flash_length_factor over the model's layers, weighted by the work each computes (a harmonic
+    mean, as times add): full causal layers see s / cp queries' worth of keys per CP chunk (the
+    kernel's length), windowed layers min(s, w + FLASH_KEY_TILE - 1) (computed_score_share)."""
+    full_layers = model.num_layers - model.windowed_layers
+    work = [(full_layers * 0.5, flash_length_factor(s / cp))]
+    if model.windowed_layers:
+        k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)
+        work.append((model.windowed_layers * (s * k - k * k / 2) / (s * s), flash_length_factor(min(k, s / cp))))
+    total = sum(w for w, _ in work)
+    return total / sum(w / f for w, f in work)
+
+
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
     """Forward FLOPs of QK^T and PV on one GPU: 2 b s_q s_k a (d_qk + d_v) / tp (4 b s s a d when the
     widths are equal), times the share a masked flash kernel computes (computed_score_share: half
@@ -373,7 +407,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
     attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
-    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff if flash else gemm_efficiency(cluster, attn_flops)))
+    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp) if flash
+                                                 else gemm_efficiency(cluster, attn_flops)))
     if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
         attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;

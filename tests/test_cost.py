@@ -364,7 +364,8 @@ def test_interleaved_p2p_overlaps_the_next_chunk_by_default():
     chunk's forward and only the excess is exposed. On a 1 GB/s peer link (a send of 33,554,432 B
     takes 25 us + 33.6 ms) with a flat GEMM efficiency of 0.5, one layer's forward by hand is
     GEMMs 2 s h (a d + 2 h_kv) + 2 s (a d) h + 2 s h 2f + 2 s f h at 0.5 x 989 TFLOP/s, attention
-    (causal half of 4 s^2 a d) at 0.332 x 989 TFLOP/s, and 8 x 2 s h bytes at 0.89 x 3.35 TB/s;
+    (causal half of 4 s^2 a d) at 0.332 x 989 TFLOP/s x 319/333 (FlashAttention-2's causal speed at
+    4k over 8k, FA3 paper Fig. 'head dim 128, H100'), and 8 x 2 s h bytes at 0.89 x 3.35 TB/s;
     a chunk is 16 / 2 = 8 layers (s = 4096, h = a d = 4096, h_kv = 1024, f = 14336)."""
     from planner.cost import pipeline_time
     m = planner.load_model("llama3-8b")
@@ -375,7 +376,7 @@ def test_interleaved_p2p_overlaps_the_next_chunk_by_default():
     tr = TrainingSpec(global_batch_size=8, seq_length=4096)
     s, h, hkv, f = 4096, 4096, 1024, 14336
     gemm = (2 * s * h * (h + 2 * hkv) + 2 * s * h * h + 2 * s * h * 2 * f + 2 * s * f * h) / (0.5 * 989e12)
-    attn = 4 * s * s * h / 2 / (0.332 * 989e12)
+    attn = 4 * s * s * h / 2 / (0.332 * 989e12 * 319 / 333)
     elem = 8 * 2 * s * h / (0.89 * 3350e9)
     chunk = 8 * (gemm + attn + elem)
     send = 25e-6 + 2 * s * h / 1e9
@@ -401,11 +402,12 @@ def test_last_stage_pays_the_logits_gemm():
 def test_selective_recompute_pays_the_attention_core_again():
     """Selective recompute re-runs QK^T / softmax / PV forward in backward [Korthikanti22 §5].
     Llama-3-8B, b 1, s 4096, flash (causal half of 4 b s^2 a d = 4 x 4096^2 x 4096 FLOPs) at the
-    measured FlashAttention-2 efficiency 0.332 of 989 TFLOP/s, for each of the 32 layers."""
+    measured FlashAttention-2 efficiency 0.332 of 989 TFLOP/s at 8k, times 319/333 at 4k (its causal
+    speed at 4k over 8k, FA3 paper Fig. 'head dim 128, H100'), for each of the 32 layers."""
     from planner.cost import pipeline_time
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
     tr = TrainingSpec(global_batch_size=8, seq_length=4096)
-    per_layer = 4 * 4096 * 4096 * 4096 / 2 / (989e12 * 0.332)
+    per_layer = 4 * 4096 * 4096 * 4096 / 2 / (989e12 * 0.332 * 319 / 333)
     pt = pipeline_time(m, c, tr, Layout(dp=8, recompute="selective"))
     assert pt.stages[0].recompute == pytest.approx(32 * per_layer, rel=1e-9)
     assert pipeline_time(m, c, tr, Layout(dp=8)).stages[0].recompute == 0.0
@@ -414,14 +416,15 @@ def test_selective_recompute_pays_the_attention_core_again():
 def test_cp_ring_exposes_what_attention_cannot_hide():
     """CP 2 on a (deliberately) slow 1 GB/s peer link: each ring step sends the rank's K and V,
     2 x 2 B x (s / cp) x h_kv = 4 x 16384 x 1024 B, in 25 us + S / 1 GB/s, beside the attention of
-    the resident block (causal half of 4 (s/cp) s a d FLOPs, / cp, at 0.332 x 989 TFLOP/s)."""
+    the resident block (causal half of 4 (s/cp) s a d FLOPs, / cp, at 0.332 x 989 TFLOP/s x 335/333:
+    FlashAttention-2's causal speed at 16k, the chunk's length, over 8k)."""
     from planner.cost import pipeline_time
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
     nvl = c.nvlink.model_copy(update={"p2p_bandwidth": 1e9, "busbw_curve": [(2**20, 370e9), (2**33, 370e9)]})
     c = c.model_copy(update={"nvlink": nvl})
     tr = TrainingSpec(global_batch_size=4, seq_length=32768)
     step = 25e-6 + 4 * 16384 * 1024 / 1e9
-    attn_step = 4 * 16384 * 32768 * 4096 / 2 / (989e12 * 0.332) / 2
+    attn_step = 4 * 16384 * 32768 * 4096 / 2 / (989e12 * 0.332 * 335 / 333) / 2
     pt = pipeline_time(m, c, tr, Layout(dp=4, cp=2))
     fwd, bwd = step - attn_step, 2 * step - 2.5 * attn_step  # backward moves K/V and dK/dV
     assert pt.stages[0].cp_comm == pytest.approx(32 * (fwd + bwd), rel=1e-9)
@@ -570,3 +573,22 @@ def test_op_checkpointing_repeats_the_all_gathers_not_the_reduce_scatters():
     ag = 25e-6 + 0.5 * 2 * 4096 * 4096 / 370e9
     pt = pipeline_time(m, c, tr, Layout(tp=2, dp=4, sequence_parallel=True, recompute="op"))
     assert pt.stages[0].recompute == pytest.approx(32 * (gemm + elem + 2 * ag), rel=1e-6)
+
+
+def test_flash_attention_speed_follows_the_causal_length_curve():
+    """FlashAttention-2's causal forward on H100, head dim 128 [FA3 paper, arXiv 2407.08608, Fig.
+    'Attention forward speed, head dim 128 (H100 80GB SXM5)', causal]: 191, 260, 298, 319, 333 and
+    335 TFLOP/s at 512 ... 16k. The calibrated efficiency is the one at 8k, so a kernel of 2k keys
+    runs at 298/333 of it, 3k log-interpolated between 2k and 4k, and the curve is held flat beyond
+    its ends. With CP the kernel sees s / cp: 8k over CP 2 is a 4k kernel."""
+    import math
+
+    from planner.cost import flash_length_factor, flash_speed_factor
+    m = planner.load_model("llama3-8b")
+    assert flash_length_factor(2048) == pytest.approx(298 / 333, rel=1e-12)
+    t = math.log(3000 / 2048) / math.log(2)
+    assert flash_length_factor(3000) == pytest.approx((298 + t * (319 - 298)) / 333, rel=1e-12)
+    assert flash_length_factor(128) == pytest.approx(191 / 333, rel=1e-12)
+    assert flash_length_factor(131072) == pytest.approx(335 / 333, rel=1e-12)
+    assert flash_speed_factor(m, 8192, 1) == pytest.approx(1.0, rel=1e-12)
+    assert flash_speed_factor(m, 8192, 2) == pytest.approx(319 / 333, rel=1e-12)
