@@ -75,11 +75,33 @@ def _recompute(text: str | None) -> str | None:
     return None
 
 
-def _fsdp_float8_all_gather(row: dict, fp8: str | None) -> bool:
-    """torchtitan's float8.enable_fsdp_float8_all_gather where the run's config sets it: the 405B
-    TOML at the documented commit does [torchtitan@3278a52 train_configs/llama3_405b.toml]; the 8B
-    and 70B TOMLs leave float8 off and the benchmark does not give its overrides (ASSUMPTION: off)."""
+def _fp8_param_gather(row: dict, fp8: str | None) -> bool:
+    """FP8 weights all-gathered where the run's config sets it. torchtitan's
+    float8.enable_fsdp_float8_all_gather: the 405B TOML at the documented commit does
+    [torchtitan@3278a52 train_configs/llama3_405b.toml]; the 8B and 70B TOMLs leave float8 off and
+    the benchmark does not give its overrides (ASSUMPTION: off). Megatron-LM's Llama FP8 examples:
+    the 8B script passes --fp8-param-gather [Megatron-LM@d98e8a6 examples/llama/
+    train_llama3_8b_h100_fp8.sh] and the others follow NeMo 2's performance recipes, whose
+    bf16_with_fp8_mixed sets fp8_param_gather=True [NVIDIA/NeMo nemo/collections/llm/recipes/
+    precision/mixed_precision.py]. NeMo 24.07's launcher leaves fp8_params off for these models."""
+    if row["source_group"] == "megatron_lm_examples_llama":
+        return fp8 == "delayed"
     return fp8 == "torchao-tensorwise" and row["model"]["n_layers"] == 126 and row["source_group"].startswith("torchtitan")
+
+
+def _grad_dtype(row: dict) -> str:
+    """The gradient buffer the run's stack keeps. FP32 (Megatron's and PyTorch's default) except
+    where the recipe says BF16: NeMo 24.07's FP8 performance runs sync gradients in BF16 through
+    Apex's DistributedFusedAdam [NVIDIA/NeMo-Framework-Launcher@95c77b5 examples/training/*/h100/
+    *_fp8.sh: +training.model.optim.grad_sync_dtype=bf16; launcher_scripts/conf/training/*: optim
+    distributed_fused_adam, contiguous_grad_buffer] (its BF16 buffer is priced as Megatron's; the
+    2/dp B/param reduced shard it keeps beside it is not itemised), and Megatron-LM's Llama FP8
+    examples pass --grad-reduce-in-bf16 (8B script) or follow NeMo 2's performance scripts, which set
+    grad_reduce_in_fp32 = False for FP8 [NVIDIA/NeMo scripts/performance]."""
+    if row["source_group"] in ("nemo_24.07_perf_summary", "megatron_lm_examples_llama") and \
+            str(row.get("precision", "")).lower().startswith("fp8"):
+        return "bf16"
+    return "fp32"
 
 
 def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
@@ -168,6 +190,8 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         llama = "llama" in r["model_name"].lower()
         if any(mod.get(k) is None for k in ("n_layers", "hidden_size", "n_heads", "vocab_size")):
             continue  # shapes not published (e.g. Nemotron in the NeMo 24.07 table)
+        if not llama and mod.get("n_kv_heads") not in (None, mod["n_heads"]):
+            continue  # Nemotron-340B: grouped-query attention with a squared-ReLU MLP, which no family describes
         model = ModelSpec(
             name=r["id"], family="llama" if llama else "gpt", num_layers=mod["n_layers"], hidden_size=mod["hidden_size"],
             num_attention_heads=mod["n_heads"], num_kv_heads=mod.get("n_kv_heads") if llama else None,
@@ -180,8 +204,8 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         # 2021 Megatron had no flash attention (fused softmax kernels, eager storage)
         attention = "eager" if r["source_group"] == "megatron_sc21_table1" else "flash"
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"],
-                                precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype="fp32",
-                                attention=attention, fp8=fp8, fp8_param_gather=_fsdp_float8_all_gather(r, fp8),
+                                precision="fp16" if prec.startswith("fp16") else "bf16", grad_dtype=_grad_dtype(r),
+                                attention=attention, fp8=fp8, fp8_param_gather=_fp8_param_gather(r, fp8),
                                 # llm-foundry's MPT loss_fn defaults to flash-attn's fused cross entropy
                                 # [llm-foundry@4952183 llmfoundry/models/mpt/modeling_mpt.py: ComposerMPTCausalLM]
                                 cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else "fp32",
