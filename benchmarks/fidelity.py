@@ -204,7 +204,9 @@ def moe(rows: bool = False) -> None:
     reasons: dict[str, int] = {}
     for _, why in skipped:
         reasons[why.split(" (")[0]] = reasons.get(why.split(" (")[0], 0) + 1
-    print(f"MoE rows evaluated: {len(results) - rejected}; refused by evaluate: {rejected}; not expressible: "
+    unfit = sum(p is not None and not p.fits for _, p, _ in results)
+    print(f"MoE rows evaluated: {len(results) - rejected}; refused by evaluate: {rejected}; predicted not to fit: {unfit}; "
+          "not expressible: "
           + ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1])))
 
 
@@ -229,6 +231,9 @@ def low_precision(rows: bool = False) -> None:
                 print(f"{r.id:44s} {r.training.fp8:10s} {r.layout.short()[:52]:52s} {r.tokens_per_s_per_gpu:9.0f} "
                       f"{pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
     print_table_p90("FP8 rows (out of sample)", results)
+    unfit = sum(p is not None and not p.fits and not r.oom for r, p, _ in results)
+    print(f"FP8 rows evaluated: {len(results)}; refused by evaluate: {sum(p is None for _, p, _ in results)}; "
+          f"predicted not to fit: {unfit}")
     hi = {r.id: r for r in load_runs()}
     lo = {r.id: r for r in runs}
     print(f"\n{'FP8 speedup over BF16':44s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")

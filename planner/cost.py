@@ -133,9 +133,18 @@ def computed_score_share(model: ModelSpec, s: int) -> float:
     if not model.windowed_layers:
         return 0.5
     full = model.num_layers - model.windowed_layers
-    k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)
-    windowed = (s * k - k * k / 2) / (s * s)
-    return (full * 0.5 + model.windowed_layers * windowed) / model.num_layers
+    return (full * 0.5 + model.windowed_layers * _windowed_share(model, s)) / model.num_layers
+
+
+def _window_keys(model: ModelSpec, s: int) -> int:
+    """Keys per query a flash kernel computes in a windowed layer: the tiles the window overlaps."""
+    return min(s, model.sliding_window + FLASH_KEY_TILE - 1)
+
+
+def _windowed_share(model: ModelSpec, s: int) -> float:
+    """Share of a windowed layer's s x s score matrix a flash kernel computes (computed_score_share)."""
+    k = _window_keys(model, s)
+    return (s * k - k * k / 2) / (s * s)
 
 
 FLASH_CAUSAL_CURVE = ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0))
@@ -166,8 +175,7 @@ def flash_speed_factor(model: ModelSpec, s: int, cp: int) -> float:
     full_layers = model.num_layers - model.windowed_layers
     work = [(full_layers * 0.5, flash_length_factor(s / cp))]
     if model.windowed_layers:
-        k = min(s, model.sliding_window + FLASH_KEY_TILE - 1)
-        work.append((model.windowed_layers * (s * k - k * k / 2) / (s * s), flash_length_factor(min(k, s / cp))))
+        work.append((model.windowed_layers * _windowed_share(model, s), flash_length_factor(min(_window_keys(model, s), s / cp))))
     total = sum(w for w, _ in work)
     return total / sum(w / f for w, f in work)
 

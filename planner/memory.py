@@ -539,14 +539,14 @@ def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) ->
     1F1B: stage i holds min(p - i, m) micro-batches [Korthikanti22, Eq. 5 and §4.3].
     Interleaved (v chunks): rank i holds min(2(p-i-1) + (v-1)p + 1, m v) chunk-micro-batches of
     L_i/v layers; on the first stage that is p(1 + (p-1)/(p v)) [Korthikanti22, §4.3 / Narayanan21 §2.2].
-    MoE's ep_overlap adds one: micro-batch i+1's forward runs beside micro-batch i's backward (pp = 1),
-    and the interleaved warm-up runs one more chunk [megatron-core 0.19.2 pipeline_parallel/
-    schedules.py: get_pp_rank_microbatches, overlap_moe_expert_parallel_comm].
+    MoE's ep_overlap runs the interleaved warm-up one chunk further [megatron-core 0.19.2
+    pipeline_parallel/schedules.py: get_pp_rank_microbatches, overlap_moe_expert_parallel_comm]; at
+    pp = 1 it adds one layer, not a micro-batch (stage_activation_items: ep_overlap_layer).
     """
     p, v, m = layout.pp, layout.vpp, num_microbatches
     extra = 1 if layout.ep_overlap else 0  # the combined 1F1B runs one more forward ahead (planner.cost.ep_unpaired_share)
     if v == 1:
-        return float(min(p - stage + extra, m))
+        return float(min(p - stage, m))
     chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1 + extra, m * v)
     return chunks / v
 
@@ -755,6 +755,13 @@ def stage_activation_items(
         if layout.recompute == Recompute.OP:  # backward re-materialises what the block did not keep
             items.append(MemoryItem("recompute_peak", layer_bytes("none") - layer_bytes("op"),
                                     "one block's recomputed tensors in backward"))
+    if layout.ep_overlap and layout.vpp == 1 and m > 1:
+        # the combined 1F1B without pipelining pairs micro-batch i+1's layer j with micro-batch i's
+        # layer L-1-j and frees each backward layer after its pair: one layer more than a micro-batch
+        # [megatron-core 0.19.2 models/common/model_chunk_schedule_plan.py:
+        # TransformerModelChunkSchedulePlan.run: get_layer(i) with pop_layer(), then release_state()]
+        one = max(layer_bytes(layout.recompute.value), layer_bytes(layout.recompute.value, False) if dense else 0.0)
+        items.append(MemoryItem("ep_overlap_layer", one, "the next micro-batch's layer beside the backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
     if stage == 0 and model.uses_dropout:
