@@ -107,6 +107,21 @@ MUTANTS = [
      "MoE: the combined 1F1B's extra layer free"),
     ("planner/memory.py", "extra = 1 if layout.ep_overlap else 0  #", "extra = 0  #",
      "MoE: the interleaved EP-overlap warm-up chunk free"),
+    # DeepSpeed's engine: its wrapper, reduce buckets and reduction dtype
+    ("planner/deepspeed_engine.py", "return REDUCE_BUCKET_ELEMENTS * per * (2 if overlap_comm(layout) else 1)",
+     "return REDUCE_BUCKET_ELEMENTS * per", "DeepSpeed: overlap_comm's second bucket free"),
+    ("planner/deepspeed_engine.py", "        return REDUCE_BUCKET_ELEMENTS * 2\n", "        return 0.0\n",
+     "DeepSpeed: ZeRO-3's reduce bucket free"),
+    ("planner/deepspeed_engine.py", 'if zero == 1 and fp32_accum and training.precision == "bf16":',
+     "if zero == 1 and fp32_accum:", "DeepSpeed: FP16 ZeRO-1 taken for BF16_Optimizer"),
+    ("planner/cost.py", 'grad_b = GRAD_WIRE_BYTES if deepspeed or training.grad_dtype == "bf16" else 4',
+     'grad_b = 2 if training.grad_dtype == "bf16" else 4', "DeepSpeed: gradients reduced in FP32"),
+    ("planner/cost.py", "allreduce = layout.zero_stage == 0 or (deepspeed and wrapper(training, layout) == Wrapper.BF16)",
+     "allreduce = layout.zero_stage == 0", "DeepSpeed: BF16_Optimizer reduce-scatters"),
+    ("planner/cost.py", "return REDUCE_BUCKET_ELEMENTS if uses_deepspeed(training) else ddp_bucket_params(dp_cp)",
+     "return ddp_bucket_params(dp_cp)", "DeepSpeed: Megatron's bucket size"),
+    ("planner/space.py", "        return (1, 2, 3) if pp == 1 else (1,)\n", "        return (0, 1, 2, 3) if pp == 1 else (0, 1)\n",
+     "DeepSpeed: BF16 ZeRO-0 searched"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "return min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "return min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),
@@ -120,23 +135,25 @@ MUTANTS = [
      "GPT-OSS: Megatron's window one key wider"),
 ]
 
-CASES = [  # (model, cluster, nodes, gbs, seq)
-    ("llama3-8b", "dgx-h100", 1, 64, 4096),
-    ("llama3-70b", "dgx-h100", 8, 512, 8192),
-    ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048),
-    ("llama3-70b", "dgx-h100", 8, 64, 32768),
-    ("qwen3-30b-a3b", "dgx-h100", 2, 1024, 4096),
-    ("mixtral-8x7b", "dgx-h100", 4, 512, 4096),
-    ("gpt-oss-120b", "dgx-b200", 8, 1280, 4096),
+CASES = [  # (model, cluster, nodes, gbs, seq, launch target)
+    ("llama3-8b", "dgx-h100", 1, 64, 4096, "megatron"),
+    ("llama3-70b", "dgx-h100", 8, 512, 8192, "megatron"),
+    ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048, "megatron"),
+    ("llama3-70b", "dgx-h100", 8, 64, 32768, "megatron"),
+    ("qwen3-30b-a3b", "dgx-h100", 2, 1024, 4096, "megatron"),
+    ("mixtral-8x7b", "dgx-h100", 4, 512, 4096, "megatron"),
+    ("gpt-oss-120b", "dgx-b200", 8, 1280, 4096, "megatron"),
+    ("llama3-8b", "dgx-h100", 2, 128, 8192, "deepspeed"),
+    ("llama2-7b", "dgx-a100-40g", 4, 512, 4096, "deepspeed"),
 ]
 
 RECOMMEND = """
 import json, planner
 out = []
-for m, c, n, g, s in {cases}:
+for m, c, n, g, s, f in {cases}:
     r = planner.plan(planner.load_model(m), planner.load_cluster(c, nodes=n),
                      planner.TrainingSpec(global_batch_size=g, seq_length=s), top_k=1, structural=False,
-                     time_limit_s=60)
+                     time_limit_s=60, framework=f)
     out.append(r.best.layout.short() if r.best else r.status)
 print(json.dumps(out))
 """
@@ -151,7 +168,7 @@ def recommendations() -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
-                                       "tests/test_fidelity.py tests/test_fp8.py")
+                                       "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

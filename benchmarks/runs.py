@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 import planner
+from planner.deepspeed_engine import overlaps_reduction, uses_deepspeed
 from planner.space import account_for_ends_split
 from planner.specs import Layout, ModelSpec, TrainingSpec
 
@@ -117,6 +118,14 @@ def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
     return "op", None
 
 
+def _optimizer_impl(sharding: str, zero: int) -> str | None:
+    """'deepspeed' where the row's declared data-parallel implementation is DeepSpeed's ZeRO (its
+    wrapper, buckets and BF16 reductions: planner.deepspeed_engine). DeepSpeed without ZeRO runs
+    BF16 as another optimizer (DDP_BFLOAT16, or BF16_Optimizer sharding the master under its pipeline
+    engine), which the ledger does not describe: those rows keep Megatron's mechanics."""
+    return "deepspeed" if "deepspeed" in sharding.lower() and zero >= 1 else None
+
+
 def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
     """The overlaps a run's declared data-parallel implementation (its `sharding` field) performs.
 
@@ -127,6 +136,8 @@ def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
     """
     if zero == 3:
         return False, False
+    if "deepspeed" in sharding.lower():  # overlap_comm where declared: DeepSpeed's default is off for ZeRO-1/2
+        return "overlap_comm" in sharding, False
     if "--overlap-grad-reduce" in sharding or "--overlap-param-gath" in sharding:
         return "--overlap-grad-reduce" in sharding, "--overlap-param-gath" in sharding and zero >= 1
     if "DDP-impl torch" in sharding:
@@ -209,9 +220,12 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
                                 # llm-foundry's MPT loss_fn defaults to flash-attn's fused cross entropy
                                 # [llm-foundry@4952183 llmfoundry/models/mpt/modeling_mpt.py: ComposerMPTCausalLM]
                                 cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else "fp32",
-                                kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused")
+                                kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused",
+                                optimizer_impl=_optimizer_impl(str(r.get("sharding")), r["zero_stage"]))
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
         grad_overlap, param_overlap = _declared_overlaps(str(r.get("sharding")), r["zero_stage"])
+        if uses_deepspeed(training):  # overlap_comm is inert for BF16_Optimizer and the pipeline engine
+            grad_overlap = grad_overlap and pp == 1 and overlaps_reduction(training, r["zero_stage"])
         sp = bool(par.get("sequence_parallel")) and tp > 1
         if assumed:  # NeMo performance recipes: SP with TP, TP/DP overlaps on
             sp = tp > 1

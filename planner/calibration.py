@@ -208,13 +208,16 @@ def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layo
     """`training` and `layout` with what DeepSpeed's printed configuration states: the global batch
     (train_batch_size), the micro-batch (train_micro_batch_size_per_gpu), the ZeRO stage
     (zero_optimization_stage) and the data-parallel size (its world_size) [deepspeedai/DeepSpeed@edaa722
-    deepspeed/runtime/config.py:DeepSpeedConfig]. The rest (sequence length, TP/PP) is the caller's."""
+    deepspeed/runtime/config.py:DeepSpeedConfig]; with ZeRO the run is priced on DeepSpeed's engine
+    (TrainingSpec.optimizer_impl, planner.deepspeed_engine). The rest (sequence length, TP/PP) is the caller's."""
     t_up, l_up = {}, {}
     for key, name, target in (("train_batch_size", "global_batch_size", t_up),
                               ("train_micro_batch_size_per_gpu", "micro_batch_size", l_up),
                               ("zero_optimization_stage", "zero_stage", l_up), ("world_size", "dp", l_up)):
         if key in config:
             target[name] = _arg(config, key, where, kind=_whole_number)
+    if l_up.get("zero_stage", layout.zero_stage) >= 1:
+        t_up["optimizer_impl"] = "deepspeed"
     return training.model_copy(update=t_up), layout.model_copy(update=l_up)
 
 

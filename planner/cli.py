@@ -19,7 +19,7 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import FP8_ARCHS, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split, overlaps
+from planner.space import FP8_ARCHS, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split, framework_training, overlaps
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.units import count_text
 
@@ -395,6 +395,8 @@ def _cmd_evaluate(a, out: Console) -> int:
             note = (f"{model.num_layers} layers do not divide over pp({lay.pp}) x vpp({lay.vpp}); priced with Megatron's "
                     f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
                     f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
+    if a.emit == "deepspeed":  # price DeepSpeed's engine: its wrapper, buckets and reduction dtype
+        training = framework_training(training, "deepspeed")
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own

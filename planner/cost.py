@@ -26,6 +26,7 @@ import numpy as np
 
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
+from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
     TE_FP8_RECIPES,
@@ -759,6 +760,12 @@ def ddp_bucket_params(dp_cp: int) -> int:
     return max(DDP_BUCKET_MIN_PARAMS, DDP_BUCKET_PARAMS_PER_RANK * dp_cp)
 
 
+def _bucket_params(training: TrainingSpec, dp_cp: int) -> int:
+    """Parameters per gradient (and parameter) bucket: DeepSpeed's reduce_bucket_size as emitted
+    (deepspeed_engine.REDUCE_BUCKET_ELEMENTS), else Megatron's ddp_bucket_params."""
+    return REDUCE_BUCKET_ELEMENTS if uses_deepspeed(training) else ddp_bucket_params(dp_cp)
+
+
 def _bucket_times(cluster: ClusterSpec, group, op: str, params: float, bytes_per: float, bucket: float,
                   window: float | None) -> tuple[float, float]:
     """(last bucket, all buckets) seconds of the collectives over `params` parameters: one collective
@@ -816,7 +823,9 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
              if sh.dp > 1 and sh.params > 0]
     if not pairs:
         return 0.0
-    grad_b = 2 if training.grad_dtype == "bf16" else 4
+    deepspeed = uses_deepspeed(training)
+    # DeepSpeed reduces in the model dtype whatever it accumulates in (deepspeed_engine.GRAD_WIRE_BYTES)
+    grad_b = GRAD_WIRE_BYTES if deepspeed or training.grad_dtype == "bf16" else 4
     groups = [_shard_group(cluster, layout, sh) for sh, _ in pairs]
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
@@ -828,14 +837,18 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         return m * max(0.0, 2 * ag + rs - window)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
-    op = "allreduce" if layout.zero_stage == 0 else "reducescatter"
-    grads = _exposed([_bucket_times(cluster, grp, op, sh.params, grad_b, ddp_bucket_params(sh.dp), bwd)
+    # DeepSpeed's BF16_Optimizer (and FP16_Optimizer) all-reduce the whole gradient after the last
+    # backward; its ZeRO optimizer reduces bucket by bucket, reduce_bucket_size elements each
+    allreduce = layout.zero_stage == 0 or (deepspeed and wrapper(training, layout) == Wrapper.BF16)
+    op = "allreduce" if allreduce else "reducescatter"
+    grads = _exposed([_bucket_times(cluster, grp, op, sh.params, grad_b, _bucket_params(training, sh.dp), bwd)
                       for (sh, _), grp in zip(pairs, groups)], bwd)
     if layout.zero_stage == 0:
         return grads
     if layout.zero_stage == 2:
         grads *= m
-    return grads + _exposed([_bucket_times(cluster, grp, "allgather", sh.params, g / sh.params, ddp_bucket_params(sh.dp), fwd)
+    return grads + _exposed([_bucket_times(cluster, grp, "allgather", sh.params, g / sh.params,
+                                            _bucket_params(training, sh.dp), fwd)
                              for (sh, g), grp in zip(pairs, groups)], fwd)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
+from planner.deepspeed_engine import REDUCE_BUCKET_ELEMENTS, reduce_bucket_bytes, uses_deepspeed, wrapper
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
@@ -618,7 +619,7 @@ class MemoryLedger:
         return self.capacity - self.peak_bytes
 
 
-STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights"})
+STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights", "zero_buckets"})
 """The names stage_static_items produces: the items that depend on the ZeRO stage."""
 
 
@@ -641,6 +642,9 @@ def stage_static_items(
         gathered = ZERO3_PREFETCH_LAYERS * layer_params(model) / layout.tp * per
         items.append(MemoryItem("zero3_gather", gathered,
                                 f"gathered {'FP8' if per == 1 else 'bf16'} weights of two layers"))
+    if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
+        items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
+                                f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))
     if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them

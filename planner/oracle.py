@@ -11,7 +11,7 @@ from itertools import combinations
 from typing import Any
 
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.space import build_space, first_rank_min_layers
+from planner.space import build_space, first_rank_min_layers, framework_training
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["enumerate_plans", "best_plan", "compositions"]
@@ -29,6 +29,7 @@ def enumerate_plans(
     """For every configuration (shape, recompute, ZeRO stage) with a split that fits, its best
     split (step time in integer ns, then peak MiB, then the split's order), ranked as the search
     ranks configurations: step time, then peak memory, then the configuration order of the space."""
+    training = framework_training(training, framework)
     space = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle, constraints=constraints)
     cap_units = int(cluster.gpu.memory // MEM_UNIT_BYTES)
     ranked = []

@@ -23,7 +23,7 @@ from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, bu
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.memory import adam_bytes, static_memory
-from planner.space import Space, build_space
+from planner.space import Space, build_space, framework_training
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
 
@@ -355,6 +355,7 @@ def plan(
         PlannerError: an argument or constraint of the wrong type or range (one line naming it).
     """
     _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural)
+    training = framework_training(training, framework)
     if max_oom_risk is not None:
         return _with_oom_risk(model, cluster, training, max_oom_risk, top_k=top_k, time_limit_s=time_limit_s,
                               framework=framework, allow_idle=allow_idle, structural=structural, **constraints)
@@ -517,6 +518,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
     layout fits. Bounded by `deadline` (default: 10 s from now) and by MAX_GPUS; what the time does
     not allow is said in the message, never guessed."""
     deadline = deadline if deadline is not None else time.perf_counter() + 10.0
+    training = framework_training(training, framework)
     space = space or build_space(model, cluster, training, framework=framework, constraints=constraints)
     cap = int(cluster.gpu.memory // MEM_UNIT_BYTES)
     found, complete = _min_peak(model, cluster, training, space, deadline)

@@ -6,7 +6,10 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 
 from __future__ import annotations
 
-from planner.errors import InvalidLayout, PlannerError
+from planner.deepspeed_engine import overlaps_reduction as deepspeed_overlaps_reduction
+from planner.deepspeed_engine import uses_deepspeed, zero0_runs
+from planner.deepspeed_engine import wrapper as deepspeed_wrapper
+from planner.errors import InvalidLayout, PlannerError, SpecError
 from planner.memory import stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
@@ -21,11 +24,12 @@ def divisors(n: int) -> list[int]:
 
 def layout_problems(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False,
-    pipeline_split: bool = True,
+    pipeline_split: bool = True, zero_rules: bool = True,
 ) -> list[str]:
     """Every rule the layout breaks, each as one line with its arithmetic (empty when legal).
 
-    pipeline_split=False leaves out the stage-layer rules (build_space checks splits on their own).
+    pipeline_split=False leaves out the stage-layer rules (build_space checks splits on their own);
+    zero_rules=False the ZeRO stage's engine rules (build_space offers only what zero_stages allows).
     """
     lay, bad = layout, []
     tp, pp, dp, cp, v = lay.tp, lay.pp, lay.dp, lay.cp, lay.vpp
@@ -70,6 +74,8 @@ def layout_problems(
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, lay)
+    if uses_deepspeed(training) and zero_rules:
+        bad += _deepspeed_problems(training, lay)
     if model.mla is not None:
         if tp > 1 and not lay.sequence_parallel:
             bad.append(f"multi-latent attention with tp({tp}) > 1 is priced with sequence_parallel only")
@@ -311,6 +317,8 @@ class Space:
     """The launch target, which decides the overlaps each candidate runs with (overlaps())."""
     framework_tp_overlap: bool = True
     """Sequence-parallel candidates run --tp-comm-overlap where the target offers it (not priced for MoE)."""
+    training: TrainingSpec | None = None
+    """The workload, whose engine decides DeepSpeed's gradient overlap (overlaps())."""
 
     def layouts(self, shape: Shape, split: tuple[int, ...] | None, rc, zero) -> Layout:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
@@ -320,7 +328,8 @@ class Space:
                       pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
                       recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
                       rank_order=self.rank_order,
-                      **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap))
+                      **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap,
+                                 self.training))
 
     def rc_options(self, shape: Shape) -> tuple[tuple[str, int | None], ...]:
         """The (mode, recompute_num_layers) options of a shape: its (pp, vpp)'s, less full recompute
@@ -448,7 +457,42 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool = False) -> dict[str, bool | None]:
+def _deepspeed_problems(training: TrainingSpec, lay: Layout) -> list[str]:
+    """What DeepSpeed's engine would not run as the layout says (planner.deepspeed_engine)."""
+    try:
+        deepspeed_wrapper(training, lay)
+    except SpecError as err:
+        return [str(err)]
+    bad = []
+    if lay.overlap_grad_reduce and not (deepspeed_overlaps_reduction(training, lay.zero_stage) and lay.pp == 1):
+        bad.append(f"overlap_grad_reduce: DeepSpeed's {deepspeed_wrapper(training, lay)} at zero_stage "
+                   f"{lay.zero_stage} with pp({lay.pp}) reduces the gradients after the backward (no overlap_comm)")
+    if lay.overlap_param_gather and lay.zero_stage < 3:
+        bad.append("overlap_param_gather: DeepSpeed's ZeRO-1/2 gathers the weights after the step, not overlapped")
+    return bad
+
+
+def framework_training(training: TrainingSpec, framework: str | None) -> TrainingSpec:
+    """The workload as the launch target runs it: framework='deepspeed' prices DeepSpeed's engine
+    (TrainingSpec.optimizer_impl = 'deepspeed'); 'any' keeps what the training says.
+
+    Raises:
+        PlannerError: optimizer_impl names an engine the target does not run.
+    """
+    impl = training.optimizer_impl
+    if framework == "deepspeed":
+        if impl == "megatron":
+            raise PlannerError("training.optimizer_impl: 'megatron' is not what framework 'deepspeed' runs "
+                               "(leave it unset or use 'deepspeed')")
+        return training if impl == "deepspeed" else training.model_copy(update={"optimizer_impl": "deepspeed"})
+    if impl == "deepspeed" and framework not in (None, "any"):
+        raise PlannerError(f"training.optimizer_impl: 'deepspeed' prices DeepSpeed's engine, which framework "
+                           f"'{framework}' does not run (use framework='deepspeed' or 'any')")
+    return training
+
+
+def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool = False,
+             training: TrainingSpec | None = None) -> dict[str, bool | None]:
     """The overlap fields of a Layout a searched plan runs with: what the target offers
     (overlap_p2p None = Megatron's default: on with interleaving).
 
@@ -462,8 +506,9 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
     (torch.distributed.pipelining) batches p2p between chunks rather than overlapping it.
     --tp-comm-overlap (Transformer Engine) only for Megatron, with sequence parallelism.
     """
-    if framework == "deepspeed":
-        grad, param, p2p = (zero in (1, 2) and pp == 1), False, None
+    if framework == "deepspeed":  # its ZeRO optimizer only: BF16_Optimizer all-reduces after the backward
+        grad = zero in (1, 2) and pp == 1 and (training is None or deepspeed_overlaps_reduction(training, zero))
+        param, p2p = False, None
     elif framework == "torchtitan":
         grad, param, p2p = zero == 0, False, (False if vpp > 1 else None)
     else:  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
@@ -472,8 +517,10 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
             "tp_comm_overlap": sp and framework in (None, "any", "megatron")}
 
 
-def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
-    """ZeRO stages the target framework supports at this pipeline degree.
+def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = None) -> tuple[int, ...]:
+    """ZeRO stages the target framework supports at this pipeline degree (and, for DeepSpeed, with
+    the training's precision: without ZeRO it keeps FP32 master weights only for FP16 weights with
+    16-bit gradients, planner.deepspeed_engine.zero0_runs).
 
     Megatron: 0, 1 (distributed optimizer), 2 and 3 (Megatron-FSDP optim_grads / optim_grads_params)
     -- ASSUMPTION: Megatron-FSDP only with pp = 1 (the emitter refuses it with pp > 1);
@@ -482,6 +529,8 @@ def zero_stages(framework: str | None, pp: int) -> tuple[int, ...]:
     """
     if framework in (None, "any"):
         return (0, 1, 2, 3)
+    if framework == "deepspeed" and training is not None and not zero0_runs(training):
+        return (1, 2, 3) if pp == 1 else (1,)
     if framework in ("megatron", "deepspeed"):
         return (0, 1, 2, 3) if pp == 1 else (0, 1)
     return (0, 3)
@@ -558,10 +607,14 @@ def build_space(
                            f"it on; framework '{framework}' would keep FP32 logits (use framework='any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    if framework_training(training, framework) != training:
+        raise PlannerError(f"training.optimizer_impl: framework '{framework}' runs DeepSpeed's engine; price it with "
+                           f"optimizer_impl='deepspeed' (planner.space.framework_training)")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
-                                               for z in zero_stages(framework, 1)):
+                                               for z in zero_stages(framework, 1, training)):
         raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "
-                           f"'{framework}' (it offers ZeRO {', '.join(map(str, zero_stages(framework, 1)))})")
+                           f"'{framework}' (it offers ZeRO {', '.join(map(str, zero_stages(framework, 1, training)))} for "
+                           f"{training.precision} with {training.grad_dtype} gradients)")
     rc_modes = framework_recomputes(framework, model)
     if "recompute" in constraints and not any(_allowed("recompute", m, constraints) for m in rc_modes):
         raise PlannerError(f"constraint recompute={_shown(constraints['recompute'])} is impossible with framework "
@@ -643,16 +696,16 @@ def build_space(
                                                  sequence_parallel=sp, ep=ep, etp=etp, moe_dispatcher=disp,
                                                  ep_overlap=ov)
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
-                                                            pipeline_split=False)
+                                                            pipeline_split=False, zero_rules=False)
                                     if not probs and (free or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes) for k in keys}
-    zeros = {pp: tuple(z for z in zero_stages(framework, pp) if _allowed("zero_stage", z, constraints)
+    zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
                        and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe)
+    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training)
 
 
 def _constrained(name: str, constraints: dict[str, Any]) -> bool:

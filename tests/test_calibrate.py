@@ -323,6 +323,7 @@ def test_deepspeed_configuration_sets_batch_micro_batch_zero_and_dp(tmp_path):
                     Layout(tp=1))
     assert o.training.global_batch_size == 512
     assert (o.layout.dp, o.layout.micro_batch_size, o.layout.zero_stage) == (64, 2, 3)
+    assert o.training.optimizer_impl == "deepspeed"  # priced on DeepSpeed's engine (its stage-3 reduce bucket)
     assert o.step_time_s == pytest.approx(512 / 60.52404149)
     out = io.StringIO()  # the CLI needs only what DeepSpeed does not print: the sequence length
     rc = main(["calibrate", "gpt3-13b", "dgx-a100-80g", str(LOGS / "deepspeed_gpt.log"), "--seq-length", "2048",

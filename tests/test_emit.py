@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.space import overlaps
+from planner.space import framework_training, overlaps
 from planner.specs import Layout, TrainingSpec
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -40,10 +40,10 @@ CASES = {
 def _plan(case, framework="megatron"):
     """The case's layout with the overlaps a search for `framework` gives it (planner.space.overlaps)."""
     mref, cref, nodes, gbs, seq, layout, _ = CASES[case]
+    training = framework_training(TrainingSpec(global_batch_size=gbs, seq_length=seq), framework)
     layout = layout.model_copy(update=overlaps(framework, layout.pp, layout.zero_stage, layout.vpp,
-                                               layout.sequence_parallel))
-    return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes),
-                            TrainingSpec(global_batch_size=gbs, seq_length=seq), layout)
+                                               layout.sequence_parallel, training))
+    return planner.evaluate(planner.load_model(mref), planner.load_cluster(cref, nodes=nodes), training, layout)
 
 
 @pytest.mark.parametrize("case,framework", [(c, f) for c, v in CASES.items() for f in v[-1]])
@@ -181,11 +181,13 @@ def test_gradient_buffer_flags_match_the_priced_bytes(precision, grad_dtype, fla
     under --fp16 unless --accumulate-allreduce-grads-in-fp32 (validate_args); DeepSpeed accumulates
     in the model dtype unless data_types.grad_accum_dtype says otherwise. The ledger's bytes follow."""
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
-    p = planner.evaluate(m, c, TrainingSpec(global_batch_size=16, seq_length=4096, precision=precision,
-                                            grad_dtype=grad_dtype), Layout(dp=8, zero_stage=1))
+    t = TrainingSpec(global_batch_size=16, seq_length=4096, precision=precision, grad_dtype=grad_dtype)
+    p = planner.evaluate(m, c, t, Layout(dp=8, zero_stage=1))
     args = p.to_megatron().args
     for f in ("--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"):
         assert (f in args) == (f == flag)
-    assert p.to_deepspeed().config["data_types"]["grad_accum_dtype"] == accum
+    ds = planner.evaluate(m, c, framework_training(t, "deepspeed"), Layout(dp=8, zero_stage=1))
+    assert ds.to_deepspeed().config["data_types"]["grad_accum_dtype"] == accum
     per_param = 2 if grad_dtype == "bf16" else 4
-    assert p.memory.stages[0].get("gradients") == pytest.approx(per_param * m.num_params)
+    for plan_ in (p, ds):  # DeepSpeed's BF16_Optimizer keeps an FP32 gradient buffer of the whole model too
+        assert plan_.memory.stages[0].get("gradients") == pytest.approx(per_param * m.num_params)

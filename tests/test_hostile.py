@@ -21,6 +21,7 @@ from planner.catalog import load_cluster, load_model, model_from_hf_config
 from planner.cli import main
 from planner.errors import PlannerError
 from planner.search import STATUSES, plan
+from planner.space import framework_training
 
 SMALL = ["--nodes", "1", "--global-batch-size", "16", "--seq-length", "4096"]
 
@@ -239,11 +240,11 @@ def test_hf_shape_keys_under_a_dense_architecture_are_refused(key, value):
 EVIL = 'llama-8b\ntouch PWNED\n#$(touch PWNED2)`touch PWNED3`;"\'[/]'
 
 
-def _evil_plan(zero: int = 1):
+def _evil_plan(zero: int = 1, framework: str = "megatron"):
     m = load_model("llama3-8b").model_copy(update={"name": EVIL})
     c = load_cluster("dgx-h100", nodes=2)
     c = c.model_copy(update={"gpu": c.gpu.model_copy(update={"name": "H100\n$(touch PWNED4)"})})
-    t = planner.TrainingSpec(global_batch_size=16, seq_length=4096)
+    t = framework_training(planner.TrainingSpec(global_batch_size=16, seq_length=4096), framework)
     return planner.evaluate(m, c, t, planner.Layout(tp=8, dp=2, zero_stage=zero))
 
 
@@ -260,7 +261,7 @@ def _fake_bin(folder: Path) -> Path:
 
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed", "torchtitan"])
 def test_adversarial_names_execute_no_command_but_their_own(tmp_path, framework):
-    p = _evil_plan(3 if framework == "torchtitan" else 1)
+    p = _evil_plan(3 if framework == "torchtitan" else 1, framework)
     files = getattr(p, f"to_{framework}")()
     out = tmp_path / "launch"
     files.write(out)

@@ -144,13 +144,51 @@ def test_deepspeed_accepts_every_topk_plan():
     pytest.importorskip("deepspeed")
     from planner.check import check_deepspeed
 
+    from planner.deepspeed_engine import wrapper
+
     plans = _plans("deepspeed")
     assert len(plans) >= 2 * 25
+    wrappers = set()
     for name, p in plans:
         files = p.to_deepspeed()
         r = check_deepspeed(files.config, p.num_gpus, tp=p.layout.tp, pp=p.layout.pp)
         assert r.ok, (name, p.layout.short(), r.line())
         assert r.details["gradient_accumulation_steps"] == p.time.pipeline.num_microbatches
+        # the wrapper DeepSpeed's engine builds for the config is the one the plan is priced with
+        assert r.details["optimizer_wrapper"] == DEEPSPEED_WRAPPER_NAMES[wrapper(p.training, p.layout)], (name, p.layout.short())
+        wrappers.add(r.details["optimizer_wrapper"])
+    assert wrappers >= {"bf16", "zero_optimization"}
+
+
+DEEPSPEED_WRAPPER_NAMES = {"BF16_Optimizer": "bf16", "DeepSpeedZeroOptimizer": "zero_optimization",
+                           "DeepSpeedZeroOptimizer_Stage3": "zero_optimization", "FP16_Optimizer": "fp16"}
+"""DeepSpeed's own constants for the wrappers (deepspeed/runtime/constants.py: BFLOAT16, ZERO_OPTIMIZATION, FP16)."""
+
+
+@pytest.mark.parametrize("precision,grad_accum,zero,answer", [
+    ("bf16", "fp32", 0, "unsupported mix"), ("bf16", "bf16", 0, "ddp_bf16"), ("fp16", "fp32", 0, "unsupported mix"),
+    ("bf16", "fp32", 1, "bf16"), ("bf16", "bf16", 1, "zero_optimization")])
+def test_deepspeed_engine_picks_the_wrapper_the_planner_prices_or_refuses(precision, grad_accum, zero, answer):
+    """DeepSpeed's own _do_optimizer_sanity_check on the config: ZeRO-0 with BF16 weights is refused
+    (FP32 accumulation) or runs Adam on the BF16 weights without master weights (ddp_bf16), which
+    the planner refuses too; ZeRO-1 with FP32 accumulation is BF16_Optimizer."""
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+    from planner.deepspeed_engine import wrapper
+    from planner.errors import SpecError
+
+    cfg = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8,
+           precision: {"enabled": True}, "zero_optimization": {"stage": zero}, "data_types": {"grad_accum_dtype": grad_accum}}
+    r = check_deepspeed(cfg, 8)
+    got = r.details.get("optimizer_wrapper") if r.ok else r.message
+    assert answer in got, r.line()
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, precision=precision,
+                     grad_dtype="fp32" if grad_accum == "fp32" else "bf16", optimizer_impl="deepspeed")
+    if zero == 0:
+        with pytest.raises(SpecError, match="DeepSpeed without ZeRO"):
+            wrapper(t, planner.Layout(dp=8, zero_stage=zero))
+    else:
+        assert DEEPSPEED_WRAPPER_NAMES[wrapper(t, planner.Layout(dp=8, zero_stage=zero))] == answer
 
 
 @pytest.mark.parametrize("mutate,fragment", [
@@ -166,7 +204,8 @@ def test_deepspeed_rejects_broken_configs(mutate, fragment):
     from planner.check import check_deepspeed
 
     p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2),
-                         TrainingSpec(global_batch_size=64, seq_length=4096), planner.Layout(tp=2, dp=8, zero_stage=2))
+                         TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_impl="deepspeed"),
+                         planner.Layout(tp=2, dp=8, zero_stage=2))
     cfg = copy.deepcopy(p.to_deepspeed().config)
     mutate(cfg)
     r = check_deepspeed(cfg, 16, tp=2)

@@ -1,4 +1,5 @@
-"""DeepSpeed's own DeepSpeedConfig, run at the real world size (see check_deepspeed)."""
+"""DeepSpeed's own DeepSpeedConfig, run at the real world size, and its engine's choice of optimizer
+wrapper (see check_deepspeed)."""
 
 from __future__ import annotations
 
@@ -45,14 +46,33 @@ class _Mpu:
 
 @contextmanager
 def _standin_dist(world: int):
+    """deepspeed.comm replaced by _Dist in the modules the config and the optimizer check ask."""
     import deepspeed.runtime.config as ds_config_module
+    import deepspeed.runtime.zero.utils as ds_zero_utils
 
-    real = ds_config_module.dist
-    ds_config_module.dist = _Dist(world)
+    modules = (ds_config_module, ds_zero_utils)
+    real = [m.dist for m in modules]
+    for m in modules:
+        m.dist = _Dist(world)
     try:
         yield
     finally:
-        ds_config_module.dist = real
+        for m, d in zip(modules, real):
+            m.dist = d
+
+
+def _optimizer_wrapper(cfg, pp: int) -> str:
+    """The optimizer wrapper DeepSpeed's engine builds for this config: its own
+    DeepSpeedEngine._do_optimizer_sanity_check, run on an engine that holds only the parsed config
+    (and whether DeepSpeed's pipeline engine runs it); raises what DeepSpeed raises."""
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    engine = DeepSpeedEngine.__new__(DeepSpeedEngine)
+    torch.nn.Module.__init__(engine)
+    engine._config, engine.pipeline_parallelism, engine.global_rank = cfg, pp > 1, 0
+    adam = torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    return str(DeepSpeedEngine._do_optimizer_sanity_check(engine, adam))
 
 
 def validate(config, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) -> CheckResult:
@@ -73,7 +93,14 @@ def validate(config, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) 
     stage = int(cfg.zero_optimization_stage)
     if pp > 1 and stage > 1:  # re-stated from deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__)
         return CheckResult(False, "pipeline_engine", f"ZeRO-{stage} is incompatible with pipeline parallelism (pp={pp})")
+    try:
+        with _standin_dist(world_size):
+            wrapper = _optimizer_wrapper(cfg, pp)
+    except Exception as e:  # e.g. 'unsupported mix of model_dtype and grad_accum_dtype'
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return CheckResult(False, "optimizer", f"{type(e).__name__}: {first}")
     details = {"world_size": world_size, "tp": tp, "pp": pp, "dp": world_size // (tp * pp * sp),
                "train_batch_size": cfg.train_batch_size, "train_micro_batch_size_per_gpu": cfg.train_micro_batch_size_per_gpu,
-               "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "zero_stage": stage}
+               "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "zero_stage": stage,
+               "optimizer_wrapper": wrapper}
     return CheckResult(True, "done", "", details)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from planner.outputs import write_folder
 
-__all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value", "refuse_megatron_only"]
+__all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value", "refuse_megatron_only",
+           "refuse_other_engine"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,19 @@ def refuse_unemitted(plan, target: str) -> None:
     if plan.training.cross_entropy != "fp32":
         raise PlannerError(f"{target}: training.cross_entropy 'fused' (flash-attn's loss, llm-foundry's) is priced but "
                            "not emitted; this config would keep FP32 logits the plan does not count")
+
+
+def refuse_other_engine(plan, target: str) -> None:
+    """Refuse a plan priced with another framework's optimizer engine (TrainingSpec.optimizer_impl):
+    DeepSpeed's wrapper and buckets only in DeepSpeed's config, Megatron's optimizer elsewhere.
+    Each emitter calls it after its own layout rules, which say more."""
+    from planner.deepspeed_engine import uses_deepspeed
+    from planner.errors import PlannerError
+
+    if uses_deepspeed(plan.training) != (target == "DeepSpeed"):
+        priced = "DeepSpeed's" if uses_deepspeed(plan.training) else "Megatron's"
+        raise PlannerError(f"{target}: the plan is priced with {priced} optimizer engine (training.optimizer_impl), "
+                           f"not the one this config runs; plan with framework='{target.lower()}'")
 
 
 def refuse_megatron_only(plan, target: str) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, dump_json, refuse_megatron_only, script_word
+from planner.deepspeed_engine import ALLGATHER_BUCKET_ELEMENTS, REDUCE_BUCKET_ELEMENTS, overlap_comm
+from planner.emit import LaunchFiles, dump_json, refuse_megatron_only, refuse_other_engine, script_word
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Family, Recompute, num_microbatches
@@ -41,12 +42,7 @@ def _check(plan: Plan) -> None:
     if lay.tp_comm_overlap:
         raise PlannerError("DeepSpeed: Megatron-DeepSpeed has no TE userbuffers TP overlap (tp_comm_overlap); "
                            "plan with framework='deepspeed'")
-    if lay.zero_stage < 3 and lay.overlap_param_gather:
-        raise PlannerError("DeepSpeed: ZeRO-1/2 has no parameter all-gather overlap (overlap_param_gather); "
-                           "plan with framework='deepspeed'")
-    if lay.zero_stage < 3 and lay.overlap_grad_reduce and (lay.zero_stage == 0 or lay.pp > 1):
-        raise PlannerError(f"DeepSpeed: overlap_comm is emitted for ZeRO-1/2 without pipeline parallelism only "
-                           f"(zero_stage {lay.zero_stage}, pp {lay.pp}); plan with framework='deepspeed'")
+    refuse_other_engine(plan, "DeepSpeed")
 
 
 def ds_config(plan: Plan) -> dict:
@@ -55,9 +51,9 @@ def ds_config(plan: Plan) -> dict:
     lay, t = plan.layout, plan.training
     gas = num_microbatches(t, lay)
     zero: dict = {"stage": lay.zero_stage}
-    if lay.zero_stage >= 1:
-        zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": lay.overlap_grad_reduce or lay.zero_stage == 3,
-                     "reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000})
+    if lay.zero_stage >= 1:  # the buckets and overlap the ledger and cost model price (planner.deepspeed_engine)
+        zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": overlap_comm(lay),
+                     "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS, "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS})
     if lay.zero_stage == 3:  # overlap_comm on: DeepSpeed's stage-3 default, priced by calibration.dp_overlap
         zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000})
     cfg = {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, dump_json, refuse_unemitted, script_word
+from planner.emit import LaunchFiles, dump_json, refuse_other_engine, refuse_unemitted, script_word
 from planner.errors import PlannerError
 from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan
@@ -34,6 +34,7 @@ def pipeline_layout_string(split: tuple[int, ...]) -> str:
 def megatron_args(plan: Plan) -> list[str]:
     """The pretrain_gpt.py argument list for the plan (deterministic order)."""
     refuse_unemitted(plan, "Megatron")
+    refuse_other_engine(plan, "Megatron")
     m, t, lay = plan.model, plan.training, plan.layout
     a: list[str] = [
         "--num-layers", str(m.num_layers),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from planner.emit import LaunchFiles, refuse_megatron_only, script_word, toml_value
+from planner.emit import LaunchFiles, refuse_megatron_only, refuse_other_engine, script_word, toml_value
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Recompute
@@ -42,6 +42,7 @@ def _check(plan: Plan) -> None:
     if lay.overlap_param_gather or (lay.zero_stage == 0 and lay.dp > 1 and not lay.overlap_grad_reduce):
         raise PlannerError("torchtitan: its data parallelism always overlaps gradient reduction (DDP buckets) and "
                            "has no ZeRO-1/2 parameter gather; plan with framework='torchtitan'")
+    refuse_other_engine(plan, "torchtitan")
 
 
 def _degrees(plan: Plan) -> dict[str, int | str]:

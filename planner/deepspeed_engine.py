@@ -1,0 +1,135 @@
+"""What DeepSpeed's engine builds for a plan (TrainingSpec.optimizer_impl = 'deepspeed'): the
+optimizer wrapper it picks, the gradient buckets that wrapper allocates and how it reduces the
+gradients. The ledger (planner.memory), the cost model (planner.cost), the search (planner.space)
+and the DeepSpeed emitter read these functions, so the ds_config written is the one priced.
+
+Read in deepspeed 0.19.8, the version the emitter targets (its files under deepspeed/runtime/):
+    [Engine]  engine.py: DeepSpeedEngine._do_optimizer_sanity_check (which wrapper), get_data_types
+              (the gradient-accumulation dtype defaults to the model's), communication_data_type
+              (the model dtype unless configured), allreduce_gradients / buffered_allreduce_fallback
+              (BF16_Optimizer and FP16_Optimizer all-reduce the gradients after the last backward,
+              MEMORY_OPT_ALLREDUCE_SIZE elements at a time), _configure_zero_optimizer (overlap_comm off
+              under the pipeline engine).
+    [Zero12]  zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.setup_buckets (contiguous_gradients: a
+              reduce bucket of reduce_bucket_size elements, a second with overlap_comm, in
+              _gradient_reduction_buffer_dtype: FP32 where stage 1 accumulates FP32 gradients beside
+              16-bit ones, else the model dtype).
+    [Zero3]   zero/stage3.py: DeepSpeedZeroOptimizer_Stage3.__init__ (one reduce bucket of
+              reduce_bucket_size elements, allocated at start; gradient partitions in the
+              accumulation dtype).
+    [BF16]    bf16_optimizer.py: BF16_Optimizer (an FP32 gradient buffer of the whole model and the
+              FP32 master partition: the ledger's ZeRO-1 bytes; no reduce bucket).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from planner.errors import SpecError
+from planner.specs import Layout, TrainingSpec
+
+__all__ = [
+    "Wrapper",
+    "wrapper",
+    "uses_deepspeed",
+    "zero0_runs",
+    "overlaps_reduction",
+    "overlap_comm",
+    "reduce_bucket_bytes",
+    "REDUCE_BUCKET_ELEMENTS",
+    "ALLGATHER_BUCKET_ELEMENTS",
+    "GRAD_WIRE_BYTES",
+]
+
+REDUCE_BUCKET_ELEMENTS = 500_000_000
+"""zero_optimization.reduce_bucket_size the emitter writes (DeepSpeed's default): elements per
+gradient reduction, and the size of each contiguous-gradient bucket [Zero12, Zero3]."""
+ALLGATHER_BUCKET_ELEMENTS = 500_000_000
+"""zero_optimization.allgather_bucket_size the emitter writes."""
+GRAD_WIRE_BYTES = 2
+"""Bytes per gradient element on the wire: DeepSpeed reduces in communication_data_type, the
+model's 16-bit dtype unless configured (the emitter does not), even where it accumulates FP32 [Engine]."""
+
+
+class Wrapper(StrEnum):
+    """The optimizer wrapper DeepSpeed's engine builds [Engine: _do_optimizer_sanity_check]."""
+
+    BF16 = "BF16_Optimizer"
+    """BF16 weights, FP32 gradient accumulation, ZeRO-1: FP32 gradients of the whole model, the
+    master weights and Adam states sharded over DP; gradients all-reduced after the last backward."""
+    ZERO = "DeepSpeedZeroOptimizer"
+    """ZeRO-1/2 otherwise: contiguous-gradient reduce buckets; reduced bucket by bucket."""
+    ZERO3 = "DeepSpeedZeroOptimizer_Stage3"
+    """ZeRO-3: one reduce bucket beside the gradient partitions."""
+    FP16 = "FP16_Optimizer"
+    """FP16 weights and gradients without ZeRO: FP32 master weights; gradients all-reduced after the
+    last backward."""
+
+
+def uses_deepspeed(training: TrainingSpec) -> bool:
+    """The plan runs on DeepSpeed's engine (TrainingSpec.optimizer_impl)."""
+    return training.optimizer_impl == "deepspeed"
+
+
+def wrapper(training: TrainingSpec, layout: Layout) -> Wrapper:
+    """The wrapper DeepSpeed builds for the ds_config the emitter writes (bf16/fp16 as
+    training.precision, grad_accum_dtype FP32 with grad_dtype 'fp32', else the model dtype).
+
+    Raises:
+        SpecError: ZeRO-0 with BF16 weights, which DeepSpeed either refuses (FP32 accumulation:
+            'unsupported mix of model_dtype and grad_accum_dtype') or runs as another optimizer
+            (BF16 accumulation: DDP_BFLOAT16, Adam on the BF16 weights without FP32 master weights;
+            with its pipeline engine, BF16_Optimizer sharding the master like ZeRO-1), or ZeRO-0
+            with FP16 weights and FP32 accumulation (refused likewise).
+    """
+    zero, fp32_accum = layout.zero_stage, training.grad_dtype == "fp32"
+    if zero == 0 and not zero0_runs(training):
+        if training.precision == "bf16":
+            raise SpecError("zero_stage: DeepSpeed without ZeRO cannot train BF16 weights with FP32 master weights "
+                            "(FP32 gradient accumulation is refused, BF16 accumulation builds Adam without master "
+                            "weights); use zero_stage >= 1", "zero_stage")
+        if fp32_accum:
+            raise SpecError("grad_dtype: DeepSpeed without ZeRO refuses FP16 weights with FP32 gradient accumulation "
+                            "(unsupported mix of dtypes); use grad_dtype='bf16' (16-bit) or zero_stage >= 1", "grad_dtype")
+    if zero == 0:
+        return Wrapper.FP16
+    if zero == 3:
+        return Wrapper.ZERO3
+    if zero == 1 and fp32_accum and training.precision == "bf16":
+        return Wrapper.BF16
+    return Wrapper.ZERO
+
+
+def zero0_runs(training: TrainingSpec) -> bool:
+    """DeepSpeed without ZeRO trains what the ledger prices (FP32 master weights) only with FP16
+    weights and 16-bit gradient accumulation (FP16_Optimizer); see wrapper."""
+    return training.precision == "fp16" and training.grad_dtype != "fp32"
+
+
+def overlaps_reduction(training: TrainingSpec, zero_stage: int) -> bool:
+    """The wrapper at this ZeRO stage reduces gradient buckets during the backward (overlap_comm):
+    DeepSpeed's ZeRO optimizer; BF16_Optimizer and FP16_Optimizer all-reduce after the last
+    backward [Engine: allreduce_gradients]; ZeRO-3's prefetch is priced by calibration.dp_overlap."""
+    if zero_stage == 0:
+        return False
+    return wrapper(training, Layout(zero_stage=zero_stage)) == Wrapper.ZERO
+
+
+def overlap_comm(layout: Layout) -> bool:
+    """zero_optimization.overlap_comm as emitted: ZeRO-3's default (on), else the plan's
+    overlap_grad_reduce (the search sets it only where the wrapper overlaps: planner.space.overlaps)."""
+    return layout.zero_stage == 3 or layout.overlap_grad_reduce
+
+
+def reduce_bucket_bytes(training: TrainingSpec, layout: Layout) -> float:
+    """Bytes of the contiguous-gradient reduce buckets (contiguous_gradients, as emitted): two under
+    overlap_comm for ZeRO-1/2 (double buffering) [Zero12: setup_buckets], one for ZeRO-3 [Zero3];
+    FP32 where stage 1 accumulates FP32 gradients of FP16 weights, else the model's 2 B; none for
+    BF16_Optimizer and FP16_Optimizer [BF16, Engine]."""
+    w = wrapper(training, layout)
+    if w in (Wrapper.BF16, Wrapper.FP16):
+        return 0.0
+    if w == Wrapper.ZERO3:
+        return REDUCE_BUCKET_ELEMENTS * 2
+    per = 4 if layout.zero_stage == 1 and training.grad_dtype == "fp32" else 2
+    return REDUCE_BUCKET_ELEMENTS * per * (2 if overlap_comm(layout) else 1)

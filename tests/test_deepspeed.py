@@ -1,0 +1,136 @@
+"""DeepSpeed's engine as the planner prices it (planner.deepspeed_engine), each term by hand from
+the deepspeed 0.19.8 source: the reduce buckets zero/stage_1_and_2.py (setup_buckets) and
+zero/stage3.py allocate, BF16_Optimizer's all-reduce after the backward, gradients on the wire in
+the model dtype (engine.py communication_data_type), and what a search for DeepSpeed emits."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner
+from planner.cost import dp_time
+from planner.errors import InvalidLayout, PlannerError
+from planner.plans import evaluate
+from planner.specs import Layout, TrainingSpec
+
+GB = 500_000_000  # reduce_bucket_size as emitted, elements
+
+
+def _ds(**kw) -> TrainingSpec:
+    return TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_impl="deepspeed", **kw)
+
+
+def _bucket(p) -> float:
+    return p.memory.peak_stage.get("zero_buckets")
+
+
+@pytest.mark.parametrize("training,layout,expected", [
+    # ZeRO-2, overlap_comm: two contiguous buckets of 500M BF16 elements (double buffering)
+    (_ds(), Layout(dp=16, zero_stage=2, overlap_grad_reduce=True), 2 * GB * 2),
+    (_ds(), Layout(dp=16, zero_stage=2), GB * 2),  # one without overlap_comm
+    (_ds(), Layout(dp=16, zero_stage=3), GB * 2),  # stage 3: one bucket, allocated at start
+    (_ds(), Layout(dp=16, zero_stage=1), 0.0),  # BF16 + FP32 accumulation at ZeRO-1: BF16_Optimizer, no bucket
+    (_ds(grad_dtype="bf16"), Layout(dp=16, zero_stage=1, overlap_grad_reduce=True), 2 * GB * 2),
+    # FP16 weights accumulating FP32 gradients at ZeRO-1: the stage-1 buckets hold the FP32 accumulator
+    (_ds(precision="fp16"), Layout(dp=16, zero_stage=1, overlap_grad_reduce=True), 2 * GB * 4),
+])
+def test_reduce_buckets_are_what_deepspeed_allocates(training, layout, expected):
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    p = evaluate(m, c, training, layout)
+    assert _bucket(p) == expected
+    megatron = evaluate(m, c, training.model_copy(update={"optimizer_impl": None}), layout)
+    assert _bucket(megatron) == 0
+    assert p.peak_memory_bytes - megatron.peak_memory_bytes == pytest.approx(expected)  # nothing else differs
+
+
+def test_the_config_allocates_the_buckets_it_is_priced_with():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    p = evaluate(m, c, _ds(), Layout(dp=16, zero_stage=2, overlap_grad_reduce=True))
+    zero = p.to_deepspeed().config["zero_optimization"]
+    assert zero["reduce_bucket_size"] == GB and zero["contiguous_gradients"] and zero["overlap_comm"]
+    off = evaluate(m, c, _ds(), Layout(dp=16, zero_stage=2)).to_deepspeed().config["zero_optimization"]
+    assert not off["overlap_comm"]
+
+
+def _flat_h100():
+    """One DGX H100 with a flat bus-bandwidth curve: each collective over its 8 GPUs costs
+    25 us + f S / 370 GB/s, f = 7/8 for a reduce-scatter or all-gather, 2 x 7/8 for an all-reduce
+    (no NVLS gain) [nccl-tests PERFORMANCE.md]."""
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    nvl = c.nvlink.model_copy(update={"busbw_curve": [(2**20, 370e9), (2**33, 370e9)], "allreduce_busbw": 370e9})
+    return c.model_copy(update={"nvlink": nvl})
+
+
+def _rs(nbytes):
+    return 25e-6 + 7 / 8 * nbytes / 370e9
+
+
+def test_bf16_optimizer_all_reduces_bf16_gradients_after_the_backward():
+    """ZeRO-1, BF16 weights, FP32 accumulation: DeepSpeed's BF16_Optimizer all-reduces the whole
+    gradient in BF16 (its communication dtype) after the last backward, then all-gathers the BF16
+    weights; Megatron reduce-scatters the FP32 main grads (4 B). Same bus bytes, by hand."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    psi = m.num_params
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096)
+    ar = 25e-6 + 2 * 7 / 8 * psi * 2 / 370e9
+    ds = dp_time(m, c, tr.model_copy(update={"optimizer_impl": "deepspeed"}), Layout(dp=8, zero_stage=1))
+    assert ds == pytest.approx(ar + _rs(psi * 2), rel=1e-9)
+    assert dp_time(m, c, tr, Layout(dp=8, zero_stage=1)) == pytest.approx(_rs(psi * 4) + _rs(psi * 2), rel=1e-9)
+
+
+def test_zero2_reduces_in_the_model_dtype_in_500m_buckets():
+    """ZeRO-2 under DeepSpeed: each of m = 32 / 8 = 4 micro-batches reduce-scatters its gradients
+    in BF16 although it accumulates FP32 (2 B on the wire); with overlap_comm only the last of
+    ceil(psi / 500M) = 17 buckets, psi - 16 x 500M parameters, is exposed in each."""
+    m, c = planner.load_model("llama3-8b"), _flat_h100()
+    psi = m.num_params
+    tr = TrainingSpec(global_batch_size=32, seq_length=4096, optimizer_impl="deepspeed")
+    assert dp_time(m, c, tr, Layout(dp=8, zero_stage=2)) == pytest.approx(4 * _rs(psi * 2) + _rs(psi * 2), rel=1e-9)
+    last = psi - 16 * GB
+    assert 0 < last < GB
+    t = dp_time(m, c, tr, Layout(dp=8, zero_stage=2, overlap_grad_reduce=True))
+    assert t == pytest.approx(4 * _rs(last * 2) + _rs(psi * 2), rel=1e-9)
+
+
+def test_what_deepspeed_would_not_run_is_refused():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    with pytest.raises(InvalidLayout, match="DeepSpeed without ZeRO cannot train BF16 weights"):
+        evaluate(m, c, _ds(), Layout(dp=16, zero_stage=0))
+    with pytest.raises(InvalidLayout, match="refuses FP16 weights with FP32 gradient accumulation"):
+        evaluate(m, c, _ds(precision="fp16"), Layout(dp=16, zero_stage=0))
+    evaluate(m, c, _ds(precision="fp16", grad_dtype="bf16"), Layout(dp=16, zero_stage=0))  # FP16_Optimizer runs
+    with pytest.raises(InvalidLayout, match="BF16_Optimizer at zero_stage 1 with pp.1. reduces the gradients after"):
+        evaluate(m, c, _ds(), Layout(dp=16, zero_stage=1, overlap_grad_reduce=True))
+    with pytest.raises(InvalidLayout, match="reduces the gradients after the backward"):  # the pipeline engine
+        evaluate(m, c, _ds(grad_dtype="bf16"), Layout(pp=2, dp=8, zero_stage=1, overlap_grad_reduce=True))
+    with pytest.raises(InvalidLayout, match="overlap_param_gather: DeepSpeed's ZeRO-1/2"):
+        evaluate(m, c, _ds(), Layout(dp=16, zero_stage=2, overlap_param_gather=True))
+
+
+def test_a_search_for_deepspeed_prices_its_engine_and_offers_no_zero0_for_bf16():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    r = planner.plan(m, c, tr, framework="deepspeed", top_k=6, structural=False)
+    assert r.status == "optimal"
+    for p in (r.best, *r.alternatives):
+        lay = p.layout
+        assert p.training.optimizer_impl == "deepspeed" and lay.zero_stage >= 1
+        # ZeRO-1 here is BF16_Optimizer (FP32 accumulation): no bucket, no overlap
+        assert not (lay.zero_stage == 1 and lay.overlap_grad_reduce)
+        expected = {1: 0, 2: GB * 2 * (2 if lay.overlap_grad_reduce else 1), 3: GB * 2}[lay.zero_stage]
+        assert p.memory.peak_stage.get("zero_buckets") == expected
+        p.to_deepspeed()
+    with pytest.raises(PlannerError, match="impossible with framework 'deepspeed'"):
+        planner.plan(m, c, tr, framework="deepspeed", zero_stage=0)
+    with pytest.raises(PlannerError, match="optimizer_impl: 'deepspeed' prices DeepSpeed's engine"):
+        planner.plan(m, c, tr.model_copy(update={"optimizer_impl": "deepspeed"}), framework="megatron")
+
+
+def test_emitters_refuse_another_engine():
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    ds = evaluate(m, c, _ds(), Layout(dp=16, zero_stage=1))
+    meg = evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=16, zero_stage=1))
+    with pytest.raises(PlannerError, match="priced with DeepSpeed's optimizer engine"):
+        ds.to_megatron()
+    with pytest.raises(PlannerError, match="priced with Megatron's optimizer engine"):
+        meg.to_deepspeed()
