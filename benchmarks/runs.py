@@ -119,10 +119,12 @@ def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
 
 
 def _optimizer_impl(sharding: str, zero: int) -> str | None:
-    """'deepspeed' where the row's declared data-parallel implementation is DeepSpeed's ZeRO (its
-    wrapper, buckets and BF16 reductions: planner.deepspeed_engine). DeepSpeed without ZeRO runs
+    """The optimizer engine of the row's declared data-parallel implementation: 'fsdp2' for FSDP2,
+    'deepspeed' for DeepSpeed's ZeRO (its wrapper, buckets and BF16 reductions: planner.deepspeed_engine). DeepSpeed without ZeRO runs
     BF16 as another optimizer (DDP_BFLOAT16, or BF16_Optimizer sharding the master under its pipeline
     engine), which the ledger does not describe: those rows keep Megatron's mechanics."""
+    if "FSDP2" in sharding:  # torchtitan's FSDP2: its sharded FP32 master and gathered output layer
+        return "fsdp2"
     return "deepspeed" if "deepspeed" in sharding.lower() and zero >= 1 else None
 
 

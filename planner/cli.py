@@ -19,7 +19,8 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import FP8_ARCHS, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split, framework_training, overlaps
+from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
+                           framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.units import count_text
 
@@ -395,8 +396,8 @@ def _cmd_evaluate(a, out: Console) -> int:
             note = (f"{model.num_layers} layers do not divide over pp({lay.pp}) x vpp({lay.vpp}); priced with Megatron's "
                     f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
                     f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
-    if a.emit == "deepspeed":  # price DeepSpeed's engine: its wrapper, buckets and reduction dtype
-        training = framework_training(training, "deepspeed")
+    if a.emit:  # price the target's engine: DeepSpeed's wrapper and buckets, FSDP2's bytes
+        training = framework_training(training, a.emit)
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
@@ -753,7 +754,9 @@ def _cmd_calibrate(a, out: Console) -> int:
                                       "and the layout flags")
             kernels = a.kernels or ("fused" if m.framework in ("megatron", "nemo") else "unfused")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
-                                    grad_dtype=a.grad_dtype, kernels=kernels)
+                                    grad_dtype=a.grad_dtype, kernels=kernels,
+                                    # torchtitan's FSDP2 (DeepSpeed's engine: deepspeed_setup, where ZeRO is on)
+                                    optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if m.framework == "torchtitan" else None)
             layout = _layout_from_args(a)
             if a.dp is None and a.nodes is not None:
                 mp, world = layout.tp * layout.pp * layout.cp, a.nodes * cluster.gpus_per_node

@@ -41,6 +41,13 @@ __all__ = [
 
 PARAM_BYTES = 2  # bf16/fp16 weights
 ADAM_BYTES = 12  # fp32 master weights + momentum + variance [Rajbhandari20, §3.1: 12 bytes of K=12]
+FSDP2_PARAM_BYTES = 4
+"""FSDP2 keeps each parameter's shard in the dtype the model was built in (FP32 under torchtitan) and
+gathers it in MixedPrecisionPolicy.param_dtype (BF16); the optimizer steps the FP32 shard, so it is
+the master weight and Adam adds only m and v [torch 2.13 distributed/fsdp/_fully_shard/_fsdp_param.py:
+FSDPParam (sharded_param, unsharded param_dtype); torchtitan 0.3 distributed/fsdp.py:
+apply_fsdp_to_decoder: MixedPrecisionPolicy(param_dtype, reduce_dtype), [norm, lm_head] sharded with
+reshard_after_forward only under the 'always' policy, blocks with it off under PP]."""
 ZERO3_PREFETCH_LAYERS = 2
 # ASSUMPTION: ZeRO-3 keeps about two layers of gathered bf16 weights alive (the one in use and the
 # prefetched next one); DeepSpeed's stage3_prefetch_bucket_size and FSDP's forward prefetch both do so.
@@ -74,7 +81,7 @@ def adam_bytes(training: TrainingSpec) -> float:
 
 def static_memory(
     num_params: float, *, grad_dtype: str = "bf16", zero_stage: int = 0, shard: int = 1,
-    optimizer_bytes: float = ADAM_BYTES,
+    optimizer_bytes: float = ADAM_BYTES, param_bytes: float = PARAM_BYTES,
 ) -> StaticMemory:
     """Bytes of weights, gradients and Adam states for `num_params` parameters.
 
@@ -86,6 +93,7 @@ def static_memory(
     Args:
         num_params: parameters held (the whole model, or one GPU's TP/PP slice).
         optimizer_bytes: Adam state per parameter (adam_bytes; 12 by default).
+        param_bytes: bytes per weight (2; FSDP2's sharded FP32 master: FSDP2_PARAM_BYTES).
         grad_dtype: 'bf16' (2 bytes) or 'fp32' (4 bytes).
         zero_stage: 0-3.
         shard: ranks the ZeRO states are split over (dp, or dp*cp for Megatron).
@@ -101,7 +109,7 @@ def static_memory(
         raise SpecError(f"shard must be >= 1, got {shard}", "shard")
     grad_bytes = 2 if grad_dtype == "bf16" else 4
     return StaticMemory(
-        params=num_params * PARAM_BYTES / (shard if zero_stage >= 3 else 1),
+        params=num_params * param_bytes / (shard if zero_stage >= 3 else 1),
         grads=num_params * grad_bytes / (shard if zero_stage >= 2 else 1),
         optimizer=num_params * optimizer_bytes / (shard if zero_stage >= 1 else 1),
     )
@@ -142,11 +150,11 @@ def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, e
 
 
 def sharded_static_memory(shards, *, grad_dtype: str, zero_stage: int, optimizer_bytes: float = ADAM_BYTES,
-                          scale: float = 1.0) -> StaticMemory:
+                          scale: float = 1.0, param_bytes: float = PARAM_BYTES) -> StaticMemory:
     """static_memory summed over parameter shards, each sharded (ZeRO) over its own data-parallel
     group (ParamShard.dp), times `scale`."""
     parts = [static_memory(sh.params * scale, grad_dtype=grad_dtype, optimizer_bytes=optimizer_bytes,
-                           zero_stage=zero_stage, shard=sh.dp) for sh in shards]
+                           zero_stage=zero_stage, shard=sh.dp, param_bytes=param_bytes) for sh in shards]
     return StaticMemory(*(sum(getattr(x, k) for x in parts) for k in ("params", "grads", "optimizer")))
 
 
@@ -619,7 +627,8 @@ class MemoryLedger:
         return self.capacity - self.peak_bytes
 
 
-STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights", "zero_buckets"})
+STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights", "zero_buckets",
+                          "fsdp2_output_layer"})
 """The names stage_static_items produces: the items that depend on the ZeRO stage."""
 
 
@@ -629,19 +638,30 @@ def stage_static_items(
     """The items that depend on the ZeRO stage: weights, gradients, Adam states, ZeRO-3 buffers.
 
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
+    fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage == 3
+    master = FSDP2_PARAM_BYTES if fsdp2 else 0  # FSDP2's sharded FP32 weight is Adam's master
     st = sharded_static_memory(param_shards(model, layout, stage, layers), grad_dtype=training.grad_dtype,
-                               zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training))
+                               zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
+                               param_bytes=master or PARAM_BYTES)
     items = [
-        MemoryItem("weights", st.params, "bf16, 2 B/param"),
+        MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
-        MemoryItem("optimizer", st.optimizer, "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
+        MemoryItem("optimizer", st.optimizer, "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
+                   else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
                    else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
     if layout.zero_stage == 3:  # FP8 where the weights are gathered in FP8 (norms are negligible)
         per = 1 if training.fp8_param_gather else PARAM_BYTES
-        gathered = ZERO3_PREFETCH_LAYERS * layer_params(model) / layout.tp * per
+        # FSDP2 under torchtitan's pipeline keeps every block of the stage gathered from its forward
+        # to its backward (reshard_after_forward off with PP)
+        n = layers if fsdp2 and layout.pp > 1 else ZERO3_PREFETCH_LAYERS
+        gathered = n * layer_params(model) / layout.tp * per
         items.append(MemoryItem("zero3_gather", gathered,
-                                f"gathered {'FP8' if per == 1 else 'bf16'} weights of two layers"))
+                                f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"))
+    if fsdp2 and stage == layout.pp - 1:
+        out = model.vocab_size * model.hidden_size / layout.tp * PARAM_BYTES
+        items.append(MemoryItem("fsdp2_output_layer", 2 * out, "the output layer gathered (its FSDP unit is not "
+                                "resharded after forward) and its unsharded bf16 gradient, at the start of backward"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))

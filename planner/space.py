@@ -472,23 +472,26 @@ def _deepspeed_problems(training: TrainingSpec, lay: Layout) -> list[str]:
     return bad
 
 
+FRAMEWORK_ENGINES = {"deepspeed": "deepspeed", "torchtitan": "fsdp2"}
+"""The optimizer engine (TrainingSpec.optimizer_impl) each launch target runs; Megatron's is the default."""
+
+
 def framework_training(training: TrainingSpec, framework: str | None) -> TrainingSpec:
     """The workload as the launch target runs it: framework='deepspeed' prices DeepSpeed's engine
-    (TrainingSpec.optimizer_impl = 'deepspeed'); 'any' keeps what the training says.
+    and 'torchtitan' FSDP2 (TrainingSpec.optimizer_impl, FRAMEWORK_ENGINES); 'any' keeps what the
+    training says.
 
     Raises:
         PlannerError: optimizer_impl names an engine the target does not run.
     """
     impl = training.optimizer_impl
-    if framework == "deepspeed":
-        if impl == "megatron":
-            raise PlannerError("training.optimizer_impl: 'megatron' is not what framework 'deepspeed' runs "
-                               "(leave it unset or use 'deepspeed')")
-        return training if impl == "deepspeed" else training.model_copy(update={"optimizer_impl": "deepspeed"})
-    if impl == "deepspeed" and framework not in (None, "any"):
-        raise PlannerError(f"training.optimizer_impl: 'deepspeed' prices DeepSpeed's engine, which framework "
-                           f"'{framework}' does not run (use framework='deepspeed' or 'any')")
-    return training
+    if framework in (None, "any"):
+        return training
+    runs = FRAMEWORK_ENGINES.get(framework)
+    if impl not in (None, runs):
+        raise PlannerError(f"training.optimizer_impl: '{impl}' is not the engine framework '{framework}' runs "
+                           f"({runs or 'megatron'}; leave it unset or use framework='any')")
+    return training.model_copy(update={"optimizer_impl": runs}) if runs and impl is None else training
 
 
 def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool = False,
@@ -608,8 +611,8 @@ def build_space(
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if framework_training(training, framework) != training:
-        raise PlannerError(f"training.optimizer_impl: framework '{framework}' runs DeepSpeed's engine; price it with "
-                           f"optimizer_impl='deepspeed' (planner.space.framework_training)")
+        raise PlannerError(f"training.optimizer_impl: framework '{framework}' runs its own engine; price it with "
+                           f"optimizer_impl='{FRAMEWORK_ENGINES[framework]}' (planner.space.framework_training)")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
                                                for z in zero_stages(framework, 1, training)):
         raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "

@@ -677,13 +677,15 @@ class TrainingSpec(_Spec):
     recipe, or torchtitan's float8.enable_fsdp_float8_all_gather with 'torchao-tensorwise' (FSDP2
     gathers the FP8 cast of each shard [torchao float8/fsdp_utils.py: WeightWithDynamicFloat8CastTensor]).
     torchao's rowwise has none."""
-    optimizer_impl: Literal["megatron", "deepspeed"] | None = None
+    optimizer_impl: Literal["megatron", "deepspeed", "fsdp2"] | None = None
     """Whose engine keeps the optimizer states and reduces the gradients: None or 'megatron' =
     Megatron's DDP and distributed optimizer (the ledger's 2 + 4 + 12 B/param, gradients reduced in
     grad_dtype in buckets of max(40M, 1M x dp) parameters); 'deepspeed' = DeepSpeed's engine as the
     DeepSpeed emitter configures it (planner.deepspeed_engine: the optimizer wrapper it builds, its
-    500M-element reduce buckets, gradients reduced in the model dtype). A search for
-    framework='deepspeed' sets it."""
+    500M-element reduce buckets, gradients reduced in the model dtype); 'fsdp2' = PyTorch FSDP2 as
+    torchtitan applies it (ZeRO-3: the sharded FP32 weight is Adam's master, 4 + 4 + 8 B/param, and
+    the output layer's unit stays gathered with its BF16 gradient: planner.memory.stage_static_items).
+    A search for framework='deepspeed' or 'torchtitan' sets it."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped

@@ -122,7 +122,7 @@ def test_a_search_for_deepspeed_prices_its_engine_and_offers_no_zero0_for_bf16()
         p.to_deepspeed()
     with pytest.raises(PlannerError, match="impossible with framework 'deepspeed'"):
         planner.plan(m, c, tr, framework="deepspeed", zero_stage=0)
-    with pytest.raises(PlannerError, match="optimizer_impl: 'deepspeed' prices DeepSpeed's engine"):
+    with pytest.raises(PlannerError, match="optimizer_impl: 'deepspeed' is not the engine framework 'megatron' runs"):
         planner.plan(m, c, tr.model_copy(update={"optimizer_impl": "deepspeed"}), framework="megatron")
 
 
@@ -130,7 +130,10 @@ def test_emitters_refuse_another_engine():
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
     ds = evaluate(m, c, _ds(), Layout(dp=16, zero_stage=1))
     meg = evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=16, zero_stage=1))
-    with pytest.raises(PlannerError, match="priced with DeepSpeed's optimizer engine"):
+    with pytest.raises(PlannerError, match="priced with the deepspeed optimizer engine"):
         ds.to_megatron()
-    with pytest.raises(PlannerError, match="priced with Megatron's optimizer engine"):
+    with pytest.raises(PlannerError, match="priced with the megatron optimizer engine"):
         meg.to_deepspeed()
+    fsdp = evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=16, zero_stage=3))
+    with pytest.raises(PlannerError, match="not the fsdp2 one this config runs"):
+        fsdp.to_torchtitan()

@@ -139,6 +139,7 @@ def test_selective_means_each_frameworks_own_policy():
         op.to_megatron()
     with pytest.raises(planner.PlannerError, match="DeepSpeed: recompute 'op' is torchtitan's"):
         op.to_deepspeed()
+    core = _plan("llama3-8b-8xh100-fsdp")  # the same layout priced on Megatron's optimizer
     assert core.to_megatron().args[core.to_megatron().args.index("--recompute-granularity") + 1] == "selective"
 
 

@@ -104,6 +104,27 @@ def test_ledger_7b_on_8_gpus_by_hand():
     assert not led.fits  # 108 GB static alone exceeds 80 GB: the seed's "shard it" case
 
 
+def test_fsdp2_keeps_the_fp32_shard_as_master_and_the_output_layer_gathered():
+    """torchtitan's FSDP2, ZeRO-3 over 8 GPUs, Llama-3-8B: the FP32 weight shard is the master (4 B),
+    FP32 gradient shards (reduce_dtype, 4 B), Adam m and v (8 B): 16 B/param over 8, not the
+    ledger's 2 + 4 + 12; the [norm, lm_head] unit stays gathered after forward, so at the start of
+    backward the output weight (V h bf16) and its unsharded bf16 gradient are whole on every GPU;
+    two blocks gathered (the one in use and the prefetched one)."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    psi, V, h = m.num_params, 128256, 4096
+    tr = TrainingSpec(global_batch_size=8, seq_length=4096, optimizer_impl="fsdp2")
+    st = memory_ledger(m, c, tr, Layout(dp=8, zero_stage=3)).stages[0]
+    assert (st.get("weights"), st.get("gradients"), st.get("optimizer")) == pytest.approx((4 * psi / 8, 4 * psi / 8, 8 * psi / 8))
+    assert st.get("fsdp2_output_layer") == 2 * V * h * 2
+    assert st.get("zero3_gather") == 2 * 2 * (m.num_params - 2 * V * h - h) / 32  # two of 32 blocks, bf16
+    mega = memory_ledger(m, c, tr.model_copy(update={"optimizer_impl": None}), Layout(dp=8, zero_stage=3)).stages[0]
+    assert mega.get("weights") + mega.get("optimizer") == pytest.approx(14 * psi / 8) and mega.get("fsdp2_output_layer") == 0
+    # under torchtitan's pipeline every block of the stage stays gathered (reshard_after_forward off)
+    pp = memory_ledger(m, c, tr, Layout(pp=2, dp=4, zero_stage=3)).stages
+    assert pp[0].get("zero3_gather") == 16 * 2 * (m.num_params - 2 * V * h - h) / 32
+    assert pp[0].get("fsdp2_output_layer") == 0 and pp[1].get("fsdp2_output_layer") == 2 * V * h * 2
+
+
 def test_ledger_peak_is_worst_stage():
     m = planner.load_model("llama3-70b")
     c = planner.load_cluster("dgx-h100", nodes=8)

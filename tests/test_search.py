@@ -378,18 +378,20 @@ def test_each_framework_searches_its_own_selective_recompute():
     """torchtitan's selective checkpointing is per-op (Recompute.OP), Megatron's the attention core:
     a torchtitan search offers none / op / full, a Megatron one none / selective / full, and a
     constraint naming the other framework's mode is refused in one line."""
-    from planner.space import build_space
+    from planner.space import build_space, framework_training
     from planner.specs import TrainingSpec
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
     tr = TrainingSpec(global_batch_size=16, seq_length=4096)
-    modes = lambda fw: {rc[0] for opts in build_space(m, c, tr, framework=fw).recomputes.values() for rc in opts}  # noqa: E731
-    assert modes("torchtitan") == {"none", "op", "full"}
+    titan = framework_training(tr, "torchtitan")  # priced on FSDP2, as plan() does
+    modes = lambda fw, t=tr: {rc[0] for opts in build_space(m, c, t, framework=fw).recomputes.values() for rc in opts}  # noqa: E731
+    assert modes("torchtitan", titan) == {"none", "op", "full"}
     assert modes("megatron") == {"none", "selective", "full"}
     with pytest.raises(PlannerError, match=r"constraint recompute=selective is impossible with framework 'torchtitan'"):
-        build_space(m, c, tr, constraints={"recompute": "selective"}, framework="torchtitan")
+        build_space(m, c, titan, constraints={"recompute": "selective"}, framework="torchtitan")
     with pytest.raises(PlannerError, match=r"constraint recompute=op is impossible with framework 'megatron'"):
         build_space(m, c, tr, constraints={"recompute": "op"}, framework="megatron")
     gpt = planner.load_model("gpt3-175b")  # torchtitan's per-op policy is priced for llama blocks only
     assert {rc[0] for o in build_space(gpt, planner.load_cluster("dgx-a100-80g", nodes=16),
-                                        TrainingSpec(global_batch_size=1536, seq_length=2048),
+                                        framework_training(TrainingSpec(global_batch_size=1536, seq_length=2048),
+                                                           "torchtitan"),
                                         framework="torchtitan").recomputes.values() for rc in o} == {"none", "full"}

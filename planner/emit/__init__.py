@@ -55,15 +55,17 @@ def refuse_unemitted(plan, target: str) -> None:
 
 def refuse_other_engine(plan, target: str) -> None:
     """Refuse a plan priced with another framework's optimizer engine (TrainingSpec.optimizer_impl):
-    DeepSpeed's wrapper and buckets only in DeepSpeed's config, Megatron's optimizer elsewhere.
+    DeepSpeed's wrapper and buckets only in DeepSpeed's config, FSDP2's bytes only in torchtitan's,
+    Megatron's optimizer in Megatron's.
     Each emitter calls it after its own layout rules, which say more."""
-    from planner.deepspeed_engine import uses_deepspeed
     from planner.errors import PlannerError
+    from planner.space import FRAMEWORK_ENGINES
 
-    if uses_deepspeed(plan.training) != (target == "DeepSpeed"):
-        priced = "DeepSpeed's" if uses_deepspeed(plan.training) else "Megatron's"
-        raise PlannerError(f"{target}: the plan is priced with {priced} optimizer engine (training.optimizer_impl), "
-                           f"not the one this config runs; plan with framework='{target.lower()}'")
+    runs = FRAMEWORK_ENGINES.get(target.lower()) or "megatron"
+    priced = plan.training.optimizer_impl or "megatron"
+    if priced != runs:
+        raise PlannerError(f"{target}: the plan is priced with the {priced} optimizer engine (training.optimizer_impl), "
+                           f"not the {runs} one this config runs; plan with framework='{target.lower()}'")
 
 
 def refuse_megatron_only(plan, target: str) -> None:

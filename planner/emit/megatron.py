@@ -34,7 +34,6 @@ def pipeline_layout_string(split: tuple[int, ...]) -> str:
 def megatron_args(plan: Plan) -> list[str]:
     """The pretrain_gpt.py argument list for the plan (deterministic order)."""
     refuse_unemitted(plan, "Megatron")
-    refuse_other_engine(plan, "Megatron")
     m, t, lay = plan.model, plan.training, plan.layout
     a: list[str] = [
         "--num-layers", str(m.num_layers),
@@ -169,6 +168,7 @@ def megatron_args(plan: Plan) -> list[str]:
           "--weight-decay", "0.1", "--clip-grad", "1.0"]
     iters = int(t.token_budget // plan.tokens_per_step) if t.token_budget else 1000
     a += ["--train-iters", str(max(1, iters)), "--log-interval", "1"]
+    refuse_other_engine(plan, "Megatron")  # after the layout rules, which say more
     return a
 
 
