@@ -122,6 +122,13 @@ MUTANTS = [
      "return ddp_bucket_params(dp_cp)", "DeepSpeed: Megatron's bucket size"),
     ("planner/space.py", "        return (1, 2, 3) if pp == 1 else (1,)\n", "        return (0, 1, 2, 3) if pp == 1 else (0, 1)\n",
      "DeepSpeed: BF16 ZeRO-0 searched"),
+    # FSDP2 as torchtitan applies it
+    ("planner/memory.py", "master = FSDP2_PARAM_BYTES if fsdp2 else 0", "master = 0",
+     "FSDP2: Megatron's 18 B/param (no FP32 master shard)"),
+    ("planner/memory.py", 'items.append(MemoryItem("fsdp2_output_layer", 2 * out,', 'items.append(MemoryItem("fsdp2_output_layer", out,',
+     "FSDP2: the output layer's unsharded gradient free"),
+    ("planner/memory.py", "n = layers if fsdp2 and layout.pp > 1 else ZERO3_PREFETCH_LAYERS", "n = ZERO3_PREFETCH_LAYERS",
+     "FSDP2: blocks resharded after forward under PP"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "return min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "return min(s, model.sliding_window)",
      "GPT-OSS: window keys without the kernel's tile"),

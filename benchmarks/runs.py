@@ -98,10 +98,15 @@ def _grad_dtype(row: dict) -> str:
     distributed_fused_adam, contiguous_grad_buffer] (its BF16 buffer is priced as Megatron's; the
     2/dp B/param reduced shard it keeps beside it is not itemised), and Megatron-LM's Llama FP8
     examples pass --grad-reduce-in-bf16 (8B script) or follow NeMo 2's performance scripts, which set
-    grad_reduce_in_fp32 = False for FP8 [NVIDIA/NeMo scripts/performance]."""
+    grad_reduce_in_fp32 = False for FP8 [NVIDIA/NeMo scripts/performance]. DeepSpeed accumulates in the
+    model dtype unless the row says FP32 accumulation or its BF16_Optimizer [deepspeed 0.19.8
+    runtime/engine.py: get_data_types]."""
     if row["source_group"] in ("nemo_24.07_perf_summary", "megatron_lm_examples_llama") and \
             str(row.get("precision", "")).lower().startswith("fp8"):
         return "bf16"
+    sharding = str(row.get("sharding")).lower()
+    if "deepspeed" in sharding:  # DeepSpeed accumulates in the model dtype unless told (data_types.grad_accum_dtype)
+        return "fp32" if any(w in sharding for w in ("fp32", "bf16_optimizer", "bf16 optimizer")) else "bf16"
     return "fp32"
 
 

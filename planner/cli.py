@@ -119,6 +119,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "fp32,bf16 offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
+    p.add_argument("--optimizer-impl", choices=["megatron", "deepspeed", "fsdp2"], default=None,
+                   help="whose optimizer engine to price: Megatron's (default), DeepSpeed's (its wrapper and reduce "
+                        "buckets) or FSDP2's (torchtitan); --framework deepspeed/torchtitan and --emit set it")
     p.add_argument("--moe-imbalance", type=_positive_float, default=1.0, metavar="X",
                    help="MoE: routed tokens on the busiest expert rank over the mean (default 1: balanced)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
@@ -263,7 +266,7 @@ def _problem(a):
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
-                            moe_imbalance=a.moe_imbalance)
+                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
     return model, cluster, training
 
 

@@ -23,7 +23,7 @@ from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, bu
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.memory import adam_bytes, static_memory
-from planner.space import Space, build_space, framework_training
+from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
 
@@ -356,6 +356,8 @@ def plan(
     """
     _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural)
     training = framework_training(training, framework)
+    if framework in (None, "any"):  # an engine named: its launch target's rules (ZeRO stages, overlaps)
+        framework = next((fw for fw, impl in FRAMEWORK_ENGINES.items() if impl == training.optimizer_impl), framework)
     if max_oom_risk is not None:
         return _with_oom_risk(model, cluster, training, max_oom_risk, top_k=top_k, time_limit_s=time_limit_s,
                               framework=framework, allow_idle=allow_idle, structural=structural, **constraints)

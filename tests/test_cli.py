@@ -217,3 +217,19 @@ def test_evaluate_for_torchtitan_prices_what_torchtitan_runs(tmp_path):
     assert code == 0, err
     lay = json.loads(out)["layout"]
     assert lay["overlap_grad_reduce"] is True and lay["overlap_p2p"] is False
+
+
+def test_evaluate_prices_the_engine_you_name_or_emit_for(tmp_path):
+    """--optimizer-impl deepspeed prices DeepSpeed's reduce buckets (two 500M-element BF16 buckets
+    under overlap_comm, one without); --emit deepspeed prices it too; a Megatron config of a plan
+    priced on DeepSpeed's engine is refused in one line."""
+    base = ["evaluate", "llama3-8b", "dgx-h100", "--nodes", "2", "--global-batch-size", "64", "--seq-length", "4096",
+            "--zero", "2", "--json"]
+    code, out, _ = run(base + ["--optimizer-impl", "deepspeed"])
+    assert code == 0 and json.loads(out)["memory_stages"][0]["items"]["zero_buckets"] == 500_000_000 * 2
+    code, out, _ = run(base + ["--overlap-grad-reduce", "--emit", "deepspeed", "--out", str(tmp_path / "ds")])
+    assert code == 0 and json.loads(out)["memory_stages"][0]["items"]["zero_buckets"] == 2 * 500_000_000 * 2
+    assert json.loads((tmp_path / "ds" / "ds_config.json").read_text())["zero_optimization"]["overlap_comm"] is True
+    code, out, err = run(base + ["--optimizer-impl", "deepspeed", "--emit", "megatron", "--out", str(tmp_path / "m")])
+    assert code == 2 and "optimizer_impl: 'deepspeed' is not the engine framework 'megatron' runs" in err
+    assert len(err.strip().splitlines()) == 1

@@ -450,6 +450,19 @@ def test_ep_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
     assert "ov=ep" in b.layout.short()
 
 
+def test_interleaved_ep_overlap_runs_one_more_warm_up_chunk():
+    """Megatron's interleaved warm-up is 2(p - i - 1) + (v - 1) p chunk-micro-batches, one more with
+    overlap_moe_expert_parallel_comm, each rank then holding one more [megatron-core 0.19.2
+    pipeline_parallel/schedules.py: get_pp_rank_microbatches]: p 4, v 2, rank 0 holds
+    (6 + 4 + 1 + 1) / 2 = 6 micro-batches' worth of layers instead of 5.5; the last rank (0 + 4 + 1 + 1) / 2
+    = 3 instead of 2.5; capped at m v chunks (m 2: 4 / 2 = 2)."""
+    from planner.memory import in_flight_microbatches
+    ov, base = Layout(pp=4, vpp=2, ep=8, dp=8, ep_overlap=True), Layout(pp=4, vpp=2, ep=8, dp=8)
+    assert (in_flight_microbatches(ov, 0, 16), in_flight_microbatches(base, 0, 16)) == (6.0, 5.5)
+    assert (in_flight_microbatches(ov, 3, 16), in_flight_microbatches(base, 3, 16)) == (3.0, 2.5)
+    assert in_flight_microbatches(ov, 0, 2) == 2.0
+
+
 def test_ep_overlap_rules_are_megatrons():
     m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
     t = TrainingSpec(global_batch_size=256, seq_length=4096)

@@ -1,0 +1,57 @@
+"""benchmarks/runs.py reads a published row's declared data-parallel implementation as the engine it
+ran on: DeepSpeed's ZeRO (its wrapper, buckets, model-dtype accumulation by default) or FSDP2."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from runs import RUNS_PATH, load_runs  # noqa: E402
+
+from planner.deepspeed_engine import Wrapper, wrapper  # noqa: E402
+from planner.plans import evaluate  # noqa: E402
+
+
+def _row(**changes) -> dict:
+    """A copy of the first SC21 row (GPT-1.7B on 32 A100, ZeRO-0) with `changes`."""
+    rows = yaml.safe_load(RUNS_PATH.read_text())
+    row = copy.deepcopy(next(r for r in rows if r["source_group"] == "megatron_sc21_table1"))
+    row.update(id="probe", source_group="probe", precision="bf16", measured={"tokens_per_sec_per_gpu": 1000.0}, **changes)
+    return row
+
+
+def _load(tmp_path, row):
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([row]))
+    (run,) = load_runs(path)
+    return run
+
+
+@pytest.mark.parametrize("sharding,zero,impl,grad_dtype,wrapped", [
+    ("DeepSpeed ZeRO-1", 1, "deepspeed", "bf16", Wrapper.ZERO),  # accumulation in the model dtype by default
+    ("DeepSpeed ZeRO-1, BF16_Optimizer", 1, "deepspeed", "fp32", Wrapper.BF16),
+    ("DeepSpeed ZeRO-3 (overlap_comm)", 3, "deepspeed", "bf16", Wrapper.ZERO3),
+    ("DeepSpeed, no ZeRO", 0, None, "bf16", None),  # not DeepSpeed's engine as the ledger describes it
+    ("FSDP2 over dp", 3, "fsdp2", "fp32", None),
+])
+def test_declared_engines(tmp_path, sharding, zero, impl, grad_dtype, wrapped):
+    run = _load(tmp_path, _row(sharding=sharding, zero_stage=zero))
+    assert (run.training.optimizer_impl, run.training.grad_dtype) == (impl, grad_dtype)
+    if wrapped is not None:
+        assert wrapper(run.training, run.layout) == wrapped
+    evaluate(run.model, run.cluster, run.training, run.layout)  # a real run is never refused
+
+
+def test_overlap_comm_is_priced_only_where_the_wrapper_overlaps(tmp_path):
+    """DeepSpeed's ZeRO optimizer overlaps its reduction with overlap_comm; BF16_Optimizer ignores it."""
+    zero = _load(tmp_path, _row(sharding="DeepSpeed ZeRO-2 overlap_comm", zero_stage=2))
+    assert zero.layout.overlap_grad_reduce
+    bf16 = _load(tmp_path, _row(sharding="DeepSpeed ZeRO-1 BF16_Optimizer overlap_comm", zero_stage=1))
+    assert not bf16.layout.overlap_grad_reduce
+    evaluate(bf16.model, bf16.cluster, bf16.training, bf16.layout)
