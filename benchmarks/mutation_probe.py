@@ -122,6 +122,10 @@ MUTANTS = [
      "return ddp_bucket_params(dp_cp)", "DeepSpeed: Megatron's bucket size"),
     ("planner/space.py", "        return (1, 2, 3) if pp == 1 else (1,)\n", "        return (0, 1, 2, 3) if pp == 1 else (0, 1)\n",
      "DeepSpeed: BF16 ZeRO-0 searched"),
+    ("planner/deepspeed_engine.py", "int(MAX_REUSE_DISTANCE // (2 * layer_params)) + 1", "int(MAX_REUSE_DISTANCE // layer_params) + 1",
+     "DeepSpeed: ZeRO-3 reuse distance counted forward only"),
+    ("planner/deepspeed_engine.py", "min(kept + PREFETCH_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS)", "min(kept, MAX_LIVE_PARAMETERS)",
+     "DeepSpeed: ZeRO-3 prefetch bucket free"),
     # FSDP2 as torchtitan applies it
     ("planner/memory.py", "master = FSDP2_PARAM_BYTES if fsdp2 else 0", "master = 0",
      "FSDP2: Megatron's 18 B/param (no FP32 master shard)"),

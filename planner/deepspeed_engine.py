@@ -17,6 +17,10 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
     [Zero3]   zero/stage3.py: DeepSpeedZeroOptimizer_Stage3.__init__ (one reduce bucket of
               reduce_bucket_size elements, allocated at start; gradient partitions in the
               accumulation dtype).
+    [Zero3P]  zero/partitioned_param_coordinator.py: PartitionedParameterCoordinator (the module
+              trace covers forward and backward, parameter_offload.py: pre_sub_module_*_function;
+              __params_to_release keeps a parameter reused within max_reuse_distance; prefetching
+              stays under max_live_parameters).
     [BF16]    bf16_optimizer.py: BF16_Optimizer (an FP32 gradient buffer of the whole model and the
               FP32 master partition: the ledger's ZeRO-1 bytes; no reduce bucket).
 """
@@ -36,7 +40,11 @@ __all__ = [
     "overlaps_reduction",
     "overlap_comm",
     "reduce_bucket_bytes",
+    "zero3_gathered_params",
     "REDUCE_BUCKET_ELEMENTS",
+    "PREFETCH_BUCKET_ELEMENTS",
+    "MAX_REUSE_DISTANCE",
+    "MAX_LIVE_PARAMETERS",
     "ALLGATHER_BUCKET_ELEMENTS",
     "GRAD_WIRE_BYTES",
 ]
@@ -46,6 +54,15 @@ REDUCE_BUCKET_ELEMENTS = 500_000_000
 gradient reduction, and the size of each contiguous-gradient bucket [Zero12, Zero3]."""
 ALLGATHER_BUCKET_ELEMENTS = 500_000_000
 """zero_optimization.allgather_bucket_size the emitter writes."""
+PREFETCH_BUCKET_ELEMENTS = 50_000_000
+"""zero_optimization.stage3_prefetch_bucket_size as emitted (DeepSpeed's default): parameters gathered
+ahead of the module that needs them [Zero3P]."""
+MAX_REUSE_DISTANCE = 1_000_000_000
+"""zero_optimization.stage3_max_reuse_distance as emitted (DeepSpeed's default): a gathered parameter is
+kept while its next use lies within this many parameters of the module trace [Zero3P]."""
+MAX_LIVE_PARAMETERS = 1_000_000_000
+"""zero_optimization.stage3_max_live_parameters as emitted (DeepSpeed's default): the cap on gathered
+parameters that prefetching respects [Zero3P]."""
 GRAD_WIRE_BYTES = 2
 """Bytes per gradient element on the wire: DeepSpeed reduces in communication_data_type, the
 model's 16-bit dtype unless configured (the emitter does not), even where it accumulates FP32 [Engine]."""
@@ -133,3 +150,13 @@ def reduce_bucket_bytes(training: TrainingSpec, layout: Layout) -> float:
         return REDUCE_BUCKET_ELEMENTS * 2
     per = 4 if layout.zero_stage == 1 and training.grad_dtype == "fp32" else 2
     return REDUCE_BUCKET_ELEMENTS * per * (2 if overlap_comm(layout) else 1)
+
+
+def zero3_gathered_params(layer_params: float, layers: int) -> float:
+    """Parameters ZeRO-3 holds gathered when the backward begins (the activation peak), on a GPU
+    holding `layers` layers of `layer_params` each: layer j's next use after its forward is its
+    backward, 2 (L - 1 - j) layers' parameters further along the trace, so the last
+    floor(D / 2P) + 1 layers are not released (D = max_reuse_distance), plus the prefetch bucket
+    gathered ahead; at most the stage's layers, and prefetching stops at max_live_parameters [Zero3P]."""
+    kept = min(layers, int(MAX_REUSE_DISTANCE // (2 * layer_params)) + 1) * layer_params
+    return min(layers * layer_params, max(kept, min(kept + PREFETCH_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS)))

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
-from planner.deepspeed_engine import REDUCE_BUCKET_ELEMENTS, reduce_bucket_bytes, uses_deepspeed, wrapper
+from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, reduce_bucket_bytes, uses_deepspeed, wrapper,
+                                      zero3_gathered_params)
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
@@ -655,9 +656,12 @@ def stage_static_items(
         # FSDP2 under torchtitan's pipeline keeps every block of the stage gathered from its forward
         # to its backward (reshard_after_forward off with PP)
         n = layers if fsdp2 and layout.pp > 1 else ZERO3_PREFETCH_LAYERS
-        gathered = n * layer_params(model) / layout.tp * per
-        items.append(MemoryItem("zero3_gather", gathered,
-                                f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"))
+        what = f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"
+        gathered = n * layer_params(model) / layout.tp
+        if uses_deepspeed(training):  # what DeepSpeed's reuse distance keeps gathered, and its prefetch
+            gathered = zero3_gathered_params(layer_params(model) / layout.tp, layers)
+            what = f"bf16 weights DeepSpeed keeps gathered into the backward ({gathered / 1e6:.0f}M parameters)"
+        items.append(MemoryItem("zero3_gather", gathered * per, what))
     if fsdp2 and stage == layout.pp - 1:
         out = model.vocab_size * model.hidden_size / layout.tp * PARAM_BYTES
         items.append(MemoryItem("fsdp2_output_layer", 2 * out, "the output layer gathered (its FSDP unit is not "

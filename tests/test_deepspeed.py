@@ -40,7 +40,29 @@ def test_reduce_buckets_are_what_deepspeed_allocates(training, layout, expected)
     assert _bucket(p) == expected
     megatron = evaluate(m, c, training.model_copy(update={"optimizer_impl": None}), layout)
     assert _bucket(megatron) == 0
-    assert p.peak_memory_bytes - megatron.peak_memory_bytes == pytest.approx(expected)  # nothing else differs
+    gather = p.memory.peak_stage.get("zero3_gather") - megatron.memory.peak_stage.get("zero3_gather")  # ZeRO-3: below
+    assert p.peak_memory_bytes - megatron.peak_memory_bytes == pytest.approx(expected + gather)  # nothing else differs
+
+
+@pytest.mark.parametrize("model,per_layer,kept", [
+    ("llama3-8b", 4096 * (4096 + 2048) + 4096**2 + 3 * 4096 * 14336 + 2 * 4096, 3),  # 218,112,000
+    ("llama3-70b", 8192 * (8192 + 2048) + 8192**2 + 3 * 8192 * 28672 + 2 * 8192, 1),  # 855,654,400
+    ("gpt3-1.3b", 4 * 2048**2 + 4 * 2048 + 2 * 2048 * 8192 + 8192 + 2048 + 4 * 2048, 10),  # 50,358,272
+])
+def test_zero3_keeps_what_its_reuse_distance_keeps(model, per_layer, kept):
+    """DeepSpeed ZeRO-3 releases a gathered weight only if its next use is more than
+    stage3_max_reuse_distance = 1e9 parameters away in the forward-and-backward module trace; layer j
+    is next used by its backward, 2 (L - 1 - j) layers later, so at the turn to backward the last
+    floor(1e9 / 2P) + 1 layers are still gathered, plus the 50M-parameter prefetch bucket. P by hand
+    (Llama: QKV with GQA, out-proj, SwiGLU, two RMSNorms; GPT: QKV, out-proj and the MLP with biases,
+    two LayerNorms): Llama-3-8B 3 layers, Llama-3-70B 1, GPT-3 1.3B 10."""
+    assert int(1e9 // (2 * per_layer)) + 1 == kept
+    m, c = planner.load_model(model), planner.load_cluster("dgx-h100", nodes=2)
+    p = evaluate(m, c, _ds(), Layout(dp=16, zero_stage=3, recompute="full"))
+    assert p.memory.peak_stage.get("zero3_gather") == pytest.approx((kept * per_layer + 50_000_000) * 2, rel=1e-9)
+    zero = p.to_deepspeed().config["zero_optimization"]
+    assert (zero["stage3_max_reuse_distance"], zero["stage3_prefetch_bucket_size"], zero["stage3_max_live_parameters"]) \
+        == (1_000_000_000, 50_000_000, 1_000_000_000)
 
 
 def test_the_config_allocates_the_buckets_it_is_priced_with():

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shlex
 
-from planner.deepspeed_engine import ALLGATHER_BUCKET_ELEMENTS, REDUCE_BUCKET_ELEMENTS, overlap_comm
+from planner.deepspeed_engine import (ALLGATHER_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE,
+                                      PREFETCH_BUCKET_ELEMENTS, REDUCE_BUCKET_ELEMENTS, overlap_comm)
 from planner.emit import LaunchFiles, dump_json, refuse_megatron_only, refuse_other_engine, script_word
 from planner.errors import PlannerError
 from planner.plans import Plan
@@ -54,8 +55,10 @@ def ds_config(plan: Plan) -> dict:
     if lay.zero_stage >= 1:  # the buckets and overlap the ledger and cost model price (planner.deepspeed_engine)
         zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": overlap_comm(lay),
                      "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS, "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS})
-    if lay.zero_stage == 3:  # overlap_comm on: DeepSpeed's stage-3 default, priced by calibration.dp_overlap
-        zero.update({"stage3_prefetch_bucket_size": 50_000_000, "stage3_param_persistence_threshold": 100_000})
+    if lay.zero_stage == 3:  # overlap_comm on: DeepSpeed's stage-3 default, priced by calibration.dp_overlap;
+        # the gathered weights the ledger counts (deepspeed_engine.zero3_gathered_params)
+        zero.update({"stage3_prefetch_bucket_size": PREFETCH_BUCKET_ELEMENTS, "stage3_param_persistence_threshold": 100_000,
+                     "stage3_max_reuse_distance": MAX_REUSE_DISTANCE, "stage3_max_live_parameters": MAX_LIVE_PARAMETERS})
     cfg = {
         "train_batch_size": t.global_batch_size,
         "train_micro_batch_size_per_gpu": lay.micro_batch_size,
