@@ -51,7 +51,8 @@ apply_fsdp_to_decoder: MixedPrecisionPolicy(param_dtype, reduce_dtype), [norm, l
 reshard_after_forward only under the 'always' policy, blocks with it off under PP]."""
 ZERO3_PREFETCH_LAYERS = 2
 # ASSUMPTION: ZeRO-3 keeps about two layers of gathered bf16 weights alive (the one in use and the
-# prefetched next one); DeepSpeed's stage3_prefetch_bucket_size and FSDP's forward prefetch both do so.
+# prefetched next one), as FSDP's forward prefetch does; DeepSpeed keeps what its reuse distance
+# keeps (planner.deepspeed_engine.zero3_gathered_params), FSDP2 under a pipeline the whole stage.
 LOSS_TRANSIENT_SBV = 6
 # ASSUMPTION: Megatron's VocabParallelCrossEntropy peaks at the bf16 logits (2sbV) plus one fp32
 # working copy (4sbV), with exp in place; [MemRef §4.8] gives 6-10 sbV/t depending on the version.
