@@ -393,8 +393,9 @@ def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:
     derated = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": budget})})
     r = plan(model, derated, training, **kw)
 
-    def real(p: Plan | None) -> Plan | None:
-        return None if p is None else evaluate(model, cluster, training, p.layout, allow_idle=kw.get("allow_idle", False))
+    def real(p: Plan | None) -> Plan | None:  # on its own cluster (the half-GPU alternative's), real memory
+        return None if p is None else evaluate(model, p.cluster.model_copy(update={"gpu": cluster.gpu}), training,
+                                               p.layout, allow_idle=kw.get("allow_idle", False))
 
     note = (f"memory budget {budget / 2**30:.1f} of {cluster.gpu.memory / 2**30:.1f} GiB: "
             f"the largest predicted peak with an OOM risk of at most {risk:.1%}")

@@ -245,6 +245,18 @@ def test_plans_carry_intervals_and_a_max_oom_risk_is_honoured():
     assert capped.best.step_time_s >= free.best.step_time_s
 
 
+def test_max_oom_risk_reprices_the_structural_options_on_their_own_gpus():
+    """--max-oom-risk with the structural options on: the half-GPU option is re-priced on the half
+    cluster at the real GPU memory (it was re-evaluated on the whole cluster and failed its world
+    size, so README's default command with --max-oom-risk 5% exited 2)."""
+    model, cluster = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=128, seq_length=8192)
+    r = planner.plan(model, cluster, t, top_k=1, time_limit_s=60, max_oom_risk=0.05)
+    half = next(a for a in r.structural if a.label == "best on half the GPUs")
+    assert half.plan.num_gpus == 8 and half.plan.memory.capacity == cluster.gpu.memory
+    assert r.best.num_gpus == 16 and r.best.memory.capacity == cluster.gpu.memory
+
+
 def test_calibrated_intervals_are_narrower():
     model, cluster = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
     t, lay = TrainingSpec(global_batch_size=1024, seq_length=8192), Layout(tp=8, pp=4, dp=2, zero_stage=1, sequence_parallel=True)
