@@ -105,7 +105,7 @@ def _grad_dtype(row: dict) -> str:
             str(row.get("precision", "")).lower().startswith("fp8"):
         return "bf16"
     sharding = str(row.get("sharding")).lower()
-    if "deepspeed" in sharding:  # DeepSpeed accumulates in the model dtype unless told (data_types.grad_accum_dtype)
+    if _declares_deepspeed(sharding):  # DeepSpeed accumulates in the model dtype unless told (data_types.grad_accum_dtype)
         return "fp32" if any(w in sharding for w in ("fp32", "bf16_optimizer", "bf16 optimizer")) else "bf16"
     return "fp32"
 
@@ -123,6 +123,11 @@ def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
     return "op", None
 
 
+def _declares_deepspeed(sharding: str) -> bool:
+    """The row's declared data-parallel implementation (its `sharding` field) is DeepSpeed's."""
+    return "deepspeed" in sharding.lower()
+
+
 def _optimizer_impl(sharding: str, zero: int) -> str | None:
     """The optimizer engine of the row's declared data-parallel implementation: 'fsdp2' for FSDP2,
     'deepspeed' for DeepSpeed's ZeRO (its wrapper, buckets and BF16 reductions: planner.deepspeed_engine). DeepSpeed without ZeRO runs
@@ -130,7 +135,7 @@ def _optimizer_impl(sharding: str, zero: int) -> str | None:
     engine), which the ledger does not describe: those rows keep Megatron's mechanics."""
     if "FSDP2" in sharding:  # torchtitan's FSDP2: its sharded FP32 master and gathered output layer
         return "fsdp2"
-    return "deepspeed" if "deepspeed" in sharding.lower() and zero >= 1 else None
+    return "deepspeed" if _declares_deepspeed(sharding) and zero >= 1 else None
 
 
 def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
@@ -143,7 +148,7 @@ def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
     """
     if zero == 3:
         return False, False
-    if "deepspeed" in sharding.lower():  # overlap_comm where declared: DeepSpeed's default is off for ZeRO-1/2
+    if _declares_deepspeed(sharding):  # overlap_comm where declared: DeepSpeed's default is off for ZeRO-1/2
         return "overlap_comm" in sharding, False
     if "--overlap-grad-reduce" in sharding or "--overlap-param-gath" in sharding:
         return "--overlap-grad-reduce" in sharding, "--overlap-param-gath" in sharding and zero >= 1

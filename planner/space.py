@@ -460,12 +460,12 @@ def validate_constraints(constraints: dict[str, Any]) -> dict[str, Any]:
 def _deepspeed_problems(training: TrainingSpec, lay: Layout) -> list[str]:
     """What DeepSpeed's engine would not run as the layout says (planner.deepspeed_engine)."""
     try:
-        deepspeed_wrapper(training, lay)
+        wrapper = deepspeed_wrapper(training, lay)
     except SpecError as err:
         return [str(err)]
     bad = []
     if lay.overlap_grad_reduce and not (deepspeed_overlaps_reduction(training, lay.zero_stage) and lay.pp == 1):
-        bad.append(f"overlap_grad_reduce: DeepSpeed's {deepspeed_wrapper(training, lay)} at zero_stage "
+        bad.append(f"overlap_grad_reduce: DeepSpeed's {wrapper} at zero_stage "
                    f"{lay.zero_stage} with pp({lay.pp}) reduces the gradients after the backward (no overlap_comm)")
     if lay.overlap_param_gather and lay.zero_stage < 3:
         bad.append("overlap_param_gather: DeepSpeed's ZeRO-1/2 gathers the weights after the step, not overlapped")
