@@ -16,7 +16,7 @@ import yaml
 import planner
 from planner.deepspeed_engine import overlaps_reduction, uses_deepspeed
 from planner.space import account_for_ends_split
-from planner.specs import Layout, ModelSpec, TrainingSpec
+from planner.specs import RECOMPUTE_MODULES, Layout, ModelSpec, TrainingSpec
 
 __all__ = ["Run", "load_runs", "load_moe_runs", "RUNS_PATH", "MOE_RUNS_PATH"]
 
@@ -74,6 +74,16 @@ def _recompute(text: str | None) -> str | None:
         if t.startswith(mode):
             return mode
     return None
+
+
+def _recompute_modules(text: str | None) -> tuple[str, ...] | None | bool:
+    """Megatron's --recompute-modules from a row's 'selective: a, b (...)' text: None for Megatron's
+    default (no list published), False where a module is not priced ('moe', 'shared_experts')."""
+    m = re.match(r"selective:\s*([a-z_,\s]+)", (text or "").lower())
+    if not m:
+        return None
+    mods = tuple(x for x in re.split(r"[,\s]+", m.group(1)) if x)
+    return mods if set(mods) <= set(RECOMPUTE_MODULES) else False
 
 
 def _fp8_param_gather(row: dict, fp8: str | None) -> bool:
@@ -278,6 +288,18 @@ def _moe_fp8(prec: str, group: str) -> str | None | bool:
     return "tensorwise"
 
 
+def _moe_fp8_param_gather(fp8: str | None) -> bool:
+    """The MoE sources' mixed-precision presets keep FP8 weights and gather them in FP8 for every
+    recipe but blockwise: Megatron-Bridge's bf16_with_fp8_current_scaling_mixed (tensorwise) and
+    bf16_with_mxfp8_mixed (MXFP8, with reuse_grad_buf_for_mxfp8_param_ag) set fp8_param_gather = True,
+    bf16_with_fp8_subchannel_scaling_mixed (blockwise) False [NVIDIA-NeMo/Megatron-Bridge@v0.4.0
+    src/megatron/bridge/training/mixed_precision.py; the perf scripts' get_precision_config returns them
+    unchanged, scripts/performance/utils/precision.py]; NeMo 2's bf16_with_fp8_mixed (delayed, the
+    dgxc-benchmarking and NeMo rows) sets fp8_params = True [NVIDIA/NeMo nemo/collections/llm/recipes/
+    precision/mixed_precision.py]."""
+    return fp8 in ("tensorwise", "mxfp8", "delayed")
+
+
 def _moe_model(r: dict) -> ModelSpec | str:
     """The row's architecture as a ModelSpec, or why the planner cannot express it."""
     mod = r["model"]
@@ -357,6 +379,8 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
                f"no catalogued cluster for {r['gpu_type']}" if cluster is None else
                "FSDP sharding (Megatron-FSDP / FSDP2 with experts is not priced)" if par.get("fsdp") else
                f"recompute '{r.get('recompute')}'" if rc is None else
+               f"recompute modules '{r.get('recompute')}' (whole-module checkpoints are not priced)"
+               if _recompute_modules(r.get("recompute")) is False else
                "no throughput published" if not tokens else None)
         if why:
             skipped.append((r["id"], why))
@@ -371,9 +395,10 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=dp, ep=par.get("ep") or 1, etp=etp, zero_stage=1,
                         moe_dispatcher="deepep" if deep else "alltoall", ep_overlap=a2a_overlap,
                         micro_batch_size=r["micro_batch"], recompute=rc, vpp=vpp, sequence_parallel=tp > 1,
+                        recompute_modules=_recompute_modules(r.get("recompute")) if rc == "selective" else None,
                         overlap_grad_reduce=dp > 1, overlap_param_gather=dp > 1,
                         pipeline_layers=_stage_split(model.num_layers, pp * vpp))
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
-                                grad_dtype="bf16")
+                                grad_dtype="bf16", fp8_param_gather=_moe_fp8_param_gather(fp8))
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
     return runs, skipped

@@ -362,7 +362,8 @@ def _layout_from_args(a) -> Layout:
     return Layout(tp=a.tp, pp=a.pp, dp=a.dp or 1, cp=a.cp, ep=a.ep, etp=a.etp, moe_dispatcher=a.moe_dispatcher,
                   ep_overlap=a.ep_overlap, zero_stage=a.zero,
                   micro_batch_size=a.micro_batch_size,
-                  recompute=a.recompute, recompute_num_layers=a.recompute_num_layers, vpp=a.vpp,
+                  recompute=a.recompute, recompute_num_layers=a.recompute_num_layers,
+                  recompute_modules=a.recompute_modules, vpp=a.vpp,
                   sequence_parallel=a.sequence_parallel, first_stage_layers=a.first_stage_layers,
                   last_stage_layers=a.last_stage_layers, rank_order=a.rank_order,
                   pipeline_layers=_layer_list(a.pipeline_layers),
@@ -525,6 +526,9 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="none",
                    help="op: torchtitan's per-op selective checkpointing (its 'selective')")
     p.add_argument("--recompute-num-layers", type=_positive_int, default=None)
+    p.add_argument("--recompute-modules", default=None, metavar="M[,M...]",
+                   help="with --recompute selective: Megatron's --recompute-modules (core_attn, layernorm, "
+                        "mla_up_proj, mlp, moe_act; default core_attn)")
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)

@@ -45,6 +45,7 @@ __all__ = [
     "layer_gemm_flops",
     "attention_gemm_flops",
     "mlp_gemm_flops",
+    "mla_up_proj_flops",
     "model_flops_per_token",
     "gemm_efficiency",
     "StageTime",
@@ -102,6 +103,15 @@ def mlp_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     if model.family == Family.GPT:
         return [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
     return [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]
+
+
+def mla_up_proj_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of MLA's up-projections on one GPU, what --recompute-modules mla_up_proj re-runs:
+    Q up r_q x a (d_qk + d_rope) (Q's projection h x that without r_q) and KV up r_kv x a (d_qk + d_v)
+    [megatron-core 0.19.2 transformer/multi_latent_attention.py: qkv_up_proj_and_rope_apply]."""
+    m, a, h = model.mla, model.num_attention_heads, model.hidden_size
+    qk = m.qk_head_dim + m.qk_rope_head_dim
+    return [2 * tokens * (m.q_lora_rank or h) * a * qk / tp, 2 * tokens * m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) / tp]
 
 
 def op_recompute_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
@@ -320,6 +330,17 @@ class LayerTime:
     op_recompute: float = 0.0
     """What torchtitan's per-op checkpointing re-runs in backward (op_recompute_gemm_flops' linears,
     every elementwise pass, the TP collectives it does not keep); 0 where Recompute.OP is not priced."""
+    module_recompute: tuple[tuple[str, float], ...] = ()
+    """What each of Megatron's --recompute-modules other than core_attn (attn_fwd) re-runs in
+    backward, per layer and micro-batch (memory.recompute_module_freed_bytes says what each frees):
+    layernorm a read and a write of each separate norm's input, mla_up_proj the up-projection GEMMs,
+    moe_act a read of the routed FC1 output and a write of the activation, mlp the dense MLP's GEMMs
+    and its SwiGLU pass. 0 where a module does not apply to the layer."""
+
+    def recompute_of(self, modules: tuple[str, ...]) -> float:
+        """Seconds selective recompute with these modules re-runs for this layer."""
+        table = dict(self.module_recompute)
+        return sum(self.attn_fwd if m == "core_attn" else table.get(m, 0.0) for m in modules)
 
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -484,7 +505,21 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp), fp8)
         op_tp = tp_fwd * (ag / (ag + rs) if tp > 1 and sequence_parallel else 1.0)
         op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp
-    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc)
+    # Megatron's --recompute-modules beyond the attention core (LayerTime.module_recompute)
+    hbm = gpu.hbm_bandwidth * cal.hbm_efficiency
+    sp_div = tp if sequence_parallel else 1
+    norms = (model.mla is not None) + (moe is not None)  # the norms that are modules of their own
+    modules = [("layernorm", norms * 2 * 2 * tokens * model.hidden_size / sp_div / hbm)]
+    if model.mla is not None:
+        modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8)))
+    if moe is not None:
+        e = model.moe
+        rows = tokens / tp * e.top_k * etp * training.moe_imbalance
+        modules.append(("moe_act", 2 * rows * 3 * e.expert_ffn_hidden_size / etp / hbm))
+    elif model.family != Family.GPT:
+        f = model.ffn_hidden_size
+        modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8) + 2 * 3 * tokens * f / tp / hbm))
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc, tuple(modules))
 
 
 def ep_overlap_exposed(lt: LayerTime) -> float:
@@ -692,8 +727,8 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
 def _layer_terms(lt: LayerTime, layout: Layout, unpaired: float = 1.0) -> tuple[float, float, float, float, float]:
     """One layer's (compute, recompute, TP, CP, EP) seconds per micro-batch; with ep_overlap the EP
     term is ep_overlap_exposed on paired micro-batches and whole on the `unpaired` share."""
-    if layout.recompute == Recompute.SELECTIVE:
-        rc = lt.attn_fwd  # the attention core forward again [Korthikanti22 §5]
+    if layout.recompute == Recompute.SELECTIVE:  # the attention core forward again [Korthikanti22 §5],
+        rc = lt.recompute_of(layout.recomputed_modules)  # or the modules Megatron is told to re-run
     elif layout.recompute == Recompute.FULL:
         rc = lt.fwd + lt.tp_fwd + lt.ep_fwd  # a whole extra forward, TP and MoE dispatch included
     elif layout.recompute == Recompute.OP:

@@ -311,6 +311,7 @@ def activation_bytes_per_layer(
     etp: int | None = None,
     moe_layer: bool = True,
     moe_imbalance: float = 1.0,
+    recompute_modules: tuple[str, ...] = ("core_attn",),
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -340,6 +341,8 @@ def activation_bytes_per_layer(
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
         moe_imbalance: the busiest expert rank's routed tokens over the mean (TrainingSpec.moe_imbalance).
+        recompute_modules: with recompute='selective', Megatron's --recompute-modules (Layout.
+            recomputed_modules); each frees what recompute_module_freed_bytes says.
 
     Returns:
         Bytes per layer.
@@ -381,11 +384,12 @@ def activation_bytes_per_layer(
         terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion)
         if model.qk_norm:  # per-head RMSNorms keep their fp32 rstd; their inputs are views of the fused
             terms.append((4 * s_loc * b * (a + model.kv_heads), "T"))  # QKV output V already pins
+    core = rc == Recompute.SELECTIVE and "core_attn" in recompute_modules  # the attention core re-run
     total = 0.0
     for nbytes, kind in terms:
-        if kind == "C" and rc == Recompute.SELECTIVE:
+        if kind == "C" and core:
             continue
-        if kind == "S" and rc != Recompute.SELECTIVE:
+        if kind == "S" and not core:
             continue
         div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
         total += nbytes / div
@@ -396,14 +400,57 @@ def activation_bytes_per_layer(
         total -= sb * h / sp_div
         if model.mla is not None:
             total -= sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
-        total += sb * model.attention_out_width / tp * (-1 if rc == Recompute.SELECTIVE else 1)
+        total += sb * model.attention_out_width / tp * (-1 if core else 1)
         # MLP: FC1 input 2 B -> 1 B; an MoE layer's norm output stays BF16 for the router, so a
         # shared-expert FC1 adds a 1 B copy (none without shared experts); FC2 input 2 B -> 1 B
         total += sb * h / sp_div * (-1 if moe is None else (1 if f else 0))
         total -= sb * f / tp
     if moe is not None:
         total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_imbalance)
+    if rc == Recompute.SELECTIVE:
+        total -= recompute_module_freed_bytes(model, b, s_loc, tp=tp, sp_div=sp_div, modules=recompute_modules,
+                                              fp8_inputs=fp8_inputs, etp=tp if etp is None else etp,
+                                              moe_layer=moe_layer, moe_imbalance=moe_imbalance)
     return total
+
+
+def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: int, sp_div: int,
+                                 modules: tuple[str, ...], fp8_inputs: bool, etp: int, moe_layer: bool,
+                                 moe_imbalance: float = 1.0) -> float:
+    """Bytes of one layer's saved activations that Megatron's output-discarding and module checkpoints
+    free, beyond the attention core (megatron-core 0.19.2; 'layernorm', 'moe_act' and 'mla_up_proj' run
+    under tensor_parallel.CheckpointWithoutOutput, which drops its output's storage once the consumer has
+    run and refills it before the backward; under FP8 the consuming linear is told to save its original
+    input (set_save_original_input), so no quantised copy stays either):
+    - layernorm: the norms that are modules of their own [transformer/transformer_layer.py:
+      TransformerLayer.__init__: recompute_input_layernorm / recompute_pre_mlp_layernorm, skipped for an
+      IdentityOp norm fused into its linear]: MLA's input norm, whose output feeds the down-projections,
+      and an MoE layer's pre-MLP norm, whose output feeds the router and the shared experts
+      [moe/moe_layer.py: set_for_recompute_pre_mlp_layernorm];
+    - mla_up_proj: Q and K after RoPE and V [multi_latent_attention.py: qkv_up_checkpoint];
+    - moe_act: the routed experts' activation output, the grouped FC2's input [moe/experts.py:
+      TEGroupedMLP, activation_checkpoint];
+    - mlp (dense layers; a normal checkpoint whose input is the residual stream the layer keeps anyway):
+      the MLP's norm statistics, FC1 input, SwiGLU input and FC2 input [transformer_layer.py: recompute_mlp].
+    """
+    sb, h, freed = s_loc * b, model.hidden_size, 0.0
+    moe = model.moe if moe_layer else None
+    act_b = 1 if fp8_inputs else 2  # a TE FP8 linear's saved input
+    if "layernorm" in modules:
+        if model.mla is not None:
+            freed += act_b * sb * h / sp_div
+        if moe is not None:  # the BF16 norm output, and under FP8 the shared experts' 1 B copy
+            freed += 2 * sb * h / sp_div + (sb * h / sp_div if fp8_inputs and moe.shared_expert_ffn_hidden_size else 0.0)
+    if "mla_up_proj" in modules and model.mla is not None:
+        m, a = model.mla, model.num_attention_heads
+        freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
+    if "moe_act" in modules and moe is not None:
+        rows = sb / sp_div * moe.top_k * etp * moe_imbalance
+        freed += act_b * rows * moe.expert_ffn_hidden_size / etp
+    if "mlp" in modules and moe is None and model.family != Family.GPT:
+        f = model.ffn_hidden_size
+        freed += 4 * sb / sp_div + act_b * sb * h / sp_div + 4 * sb * f / tp + act_b * sb * f / tp
+    return freed
 
 
 MOE_ROUTER_SAVED_BYTES = 8
@@ -682,14 +729,29 @@ def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout,
     """Bytes of the weights one GPU of pipeline `stage` all-gathers (ZeRO >= 1), per param_shards
     entry: 2 per parameter, 1 for the linear weights under --fp8-param-gather [Megatron-LM@d98e8a6
     megatron/core/transformer/transformer_config.py: fp8_param; shared/reference/framework-mechanisms.md §4].
-    Routed experts are all linear weights."""
+    Routed experts are all linear weights. MXFP8 weights are the exception: their tile scales cannot
+    be mapped into the contiguous parameter buffer, so the distributed optimizer gathers them in BF16
+    through a buffer it shares with the gradients and quantises after the gather, 2 B per parameter
+    (MXFP8_GATHER_BYTES)."""
     shards = param_shards(model, layout, stage, layers)
     if not training.fp8_param_gather:
         return tuple(sh.params * PARAM_BYTES for sh in shards)
+    if training.fp8 == "mxfp8":
+        return tuple(sh.params * MXFP8_GATHER_BYTES for sh in shards)
     fp8 = stage_linear_params(model, layout, stage, layers) - sum(sh.params for sh in shards[1:])  # non-expert ones
     out = [(shards[0].params - fp8) * PARAM_BYTES + fp8]
     return tuple(out + [sh.params for sh in shards[1:]])
 
+
+MXFP8_GATHER_BYTES = 2
+"""Bytes per parameter the distributed optimizer all-gathers for MXFP8 weights under --fp8-param-gather:
+_ParamAndGradBuffer allocates one buffer of the gradient dtype for the gradients and the parameter
+all-gather (its first half viewed as BF16 under FP32 gradients), the optimizer stages its FP32 master
+shard there as BF16, and each gathered bucket is cast into the MXFP8 weights after the gather
+[megatron-core 0.19.2 distributed/param_and_grad_buffer.py: _ParamAndGradBuffer.__init__ ('For MXFP8
+param: Create a shared buffer for param AG and grad RS'), _ParamAndGradBucketGroup._post_param_sync;
+optimizer/distrib_optimizer.py: _copy_main_params_to_param_buffer]. No BF16 weight is kept beside the
+MXFP8 one, as for the other recipes under --fp8-param-gather."""
 
 TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
 """The recipes Transformer Engine runs (torchao's rowwise and tensor-wise are torchtitan's, without a weight cache)."""
@@ -754,7 +816,8 @@ def stage_activation_items(
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
-              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp, moe_imbalance=training.moe_imbalance)
+              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
+              recompute_modules=layout.recomputed_modules)
     dense = dense_layers_on(model, layout, stage)
 
     def layer_bytes(rc: str, moe_layer: bool = True) -> float:

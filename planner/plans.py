@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from planner.cost import (TIME_UNIT_S, PipelineTime, UpdateTime, model_flops_per_token, op_recompute_gemm_flops,
-                          pipeline_time, update_time)
+from planner.cost import (TIME_UNIT_S, PipelineTime, UpdateTime, mla_up_proj_flops, mlp_gemm_flops,
+                          model_flops_per_token, op_recompute_gemm_flops, pipeline_time, update_time)
 from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout
-from planner.specs import ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
 from planner.uncertainty import Interval, interval, oom_risk, prediction_error
 
@@ -116,9 +116,16 @@ class Plan:
         extra = {Recompute.FULL: 1 / 3}.get(self.layout.recompute, 0.0)
         if self.layout.recompute == Recompute.FULL and self.layout.recompute_num_layers is not None:
             extra *= min(1.0, self.layout.recompute_num_layers * self.layout.pp / self.model.num_layers)
-        if self.layout.recompute == Recompute.SELECTIVE:  # attention core: 4bs^2h of 72bsh^2(1 + s/6h) per layer
-            s, h = self.training.seq_length, self.model.hidden_size
-            extra = (s / (6 * h)) / (1 + s / (6 * h)) / 3
+        if self.layout.recompute == Recompute.SELECTIVE:
+            mods, m = self.layout.recomputed_modules, self.model
+            if "core_attn" in mods:  # attention core: 4bs^2h of 72bsh^2(1 + s/6h) per layer
+                s, h = self.training.seq_length, m.hidden_size
+                extra = (s / (6 * h)) / (1 + s / (6 * h)) / 3
+            # the GEMMs of the other modules (norms and activations are memory passes)
+            again = (m.num_layers * sum(mla_up_proj_flops(m, 1, 1)) if "mla_up_proj" in mods and m.mla else 0.0)
+            dense = m.num_layers if m.moe is None else m.moe.first_dense_layers
+            again += dense * sum(mlp_gemm_flops(m, 1, 1)) if "mlp" in mods and m.family != Family.GPT else 0.0
+            extra += again / model_flops_per_token(m, self.training.seq_length)
         if self.layout.recompute == Recompute.OP:  # the linears it does not keep, once more forward
             extra = (self.model.num_layers * sum(op_recompute_gemm_flops(self.model, 1, 1))
                      / model_flops_per_token(self.model, self.training.seq_length))

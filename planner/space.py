@@ -11,7 +11,7 @@ from planner.deepspeed_engine import uses_deepspeed, zero0_runs
 from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
 from planner.memory import stage_layers
-from planner.specs import MAX_GPUS, ClusterSpec, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
@@ -20,6 +20,23 @@ def divisors(n: int) -> list[int]:
     """Positive divisors of n, ascending."""
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def _recompute_module_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
+    """Megatron's rules for --recompute-modules [megatron-core 0.19.2 transformer/transformer_config.py:
+    TransformerConfig.__post_init__] and the planner's pricing limits."""
+    mods, bad = set(lay.recomputed_modules), []
+    if "moe_act" in mods and model.moe is None:
+        bad.append("recompute_modules 'moe_act' needs an MoE model (Megatron: only with moe_grouped_gemm)")
+    if "mla_up_proj" in mods and model.mla is None:
+        bad.append("recompute_modules 'mla_up_proj' needs multi-latent attention (Megatron: only with "
+                   "multi_latent_attention)")
+    if "mlp" in mods and model.family == Family.GPT:
+        bad.append("recompute_modules 'mlp' is priced for llama-family (SwiGLU) MLPs only")
+    if mods & {"moe_act", "layernorm"} and training.fp8 == "delayed":
+        bad.append("recompute_modules 'moe_act' / 'layernorm' with fp8='delayed': Megatron refuses them "
+                   "('Delayed scaling does not support moe_act and layernorm recompute for fp8')")
+    return bad
 
 
 def layout_problems(
@@ -67,6 +84,7 @@ def layout_problems(
                        f"models only; {model.name} is not one")
         if lay.tp_comm_overlap:
             bad.append("recompute 'op' is torchtitan's and tp_comm_overlap Transformer Engine's: not one run")
+    bad += _recompute_module_problems(model, training, lay)
     if lay.overlap_param_gather and lay.zero_stage == 0:
         bad.append("overlap_param_gather needs the distributed optimizer (zero_stage >= 1)")
     if lay.tp_comm_overlap and not (lay.sequence_parallel and tp > 1):

@@ -172,6 +172,24 @@ class Recompute(StrEnum):
     SelectiveAC]. Dense llama-family layers only."""
 
 
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act")
+"""Megatron's --recompute-modules the planner prices (megatron-core 0.19.2 TransformerConfig.
+recompute_modules, with recompute_granularity 'selective'; default ['core_attn']): core_attn the
+attention core; layernorm the norms Megatron keeps as their own modules (the input norm before MLA's
+down-projections, the pre-MLP norm of an MoE layer; the others are fused into their linear); mla_up_proj
+MLA's up-projections and RoPE; mlp a dense layer's MLP; moe_act the routed experts' activation.
+'moe' and 'shared_experts' (whole-module checkpoints) are not priced."""
+
+
+def _module_set(v: Any) -> Any:
+    """recompute_modules as a sorted tuple without repeats (the order Megatron reads them in does not matter)."""
+    if isinstance(v, str):
+        v = [x for x in re.split(r"[,\s]+", v) if x]
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return tuple(sorted(set(v), key=str))
+    return v
+
+
 class MoESpec(_Spec):
     """Mixture-of-Experts MLP (Megatron-Core semantics, llama family: SwiGLU experts)."""
 
@@ -734,6 +752,10 @@ class Layout(_Spec):
     """Activation recomputation granularity."""
     recompute_num_layers: _count(MAX_LAYERS, lo=0) | None = None
     """With full recompute: layers per pipeline stage that are recomputed (None = all)."""
+    recompute_modules: Annotated[tuple[Literal[RECOMPUTE_MODULES], ...], BeforeValidator(_module_set),
+                                 Field(min_length=1)] | None = None
+    """With selective recompute: Megatron's --recompute-modules (RECOMPUTE_MODULES); None is Megatron's
+    default, the attention core alone."""
     vpp: _count(MAX_LAYERS) = 1
     """Virtual pipeline stages (model chunks) per pipeline rank; 1 = plain 1F1B."""
     sequence_parallel: Bool = False
@@ -769,6 +791,20 @@ class Layout(_Spec):
     Megatron's default (megatron-core 0.19.2 arguments.py: on for interleaved schedules, which
     --no-overlap-p2p-communication turns off; forced off without interleaving)."""
 
+    @model_validator(mode="after")
+    def _check(self) -> Layout:
+        if self.recompute_modules is not None and self.recompute != Recompute.SELECTIVE:
+            raise ValueError(f"recompute_modules: needs recompute='selective' (got recompute='{self.recompute.value}')")
+        return self
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """What selective recompute re-runs: recompute_modules, or Megatron's default ('core_attn',);
+        () for any other granularity."""
+        if self.recompute != Recompute.SELECTIVE:
+            return ()
+        return self.recompute_modules or ("core_attn",)
+
     @property
     def p2p_overlapped(self) -> bool:
         """Whether pipeline p2p overlaps compute: only with interleaving, on unless turned off."""
@@ -801,6 +837,8 @@ class Layout(_Spec):
                  f"mbs{self.micro_batch_size}", f"rc={self.recompute.value}"]
         if self.recompute == Recompute.FULL and self.recompute_num_layers is not None:
             parts[-1] += f"({self.recompute_num_layers})"
+        if self.recompute_modules is not None and self.recompute_modules != ("core_attn",):
+            parts[-1] += f"({','.join(self.recompute_modules)})"
         if self.ep > 1 or self.etp is not None:
             parts.insert(4, f"ep{self.ep}" + (f" etp{self.etp}" if self.etp is not None else "")
                          + (" deepep" if self.moe_dispatcher == "deepep" else ""))

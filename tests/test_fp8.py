@@ -246,3 +246,22 @@ def test_fsdp_float8_all_gather_gathers_the_linear_weights_in_one_byte():
     assert p_on.time.dp_exposed < p_off.time.dp_exposed
     with pytest.raises(planner.PlannerError, match="torchao's"):
         p_on.to_megatron()
+
+
+def test_mxfp8_weights_are_gathered_in_bf16_through_the_gradient_buffer():
+    """megatron-core 0.19.2 cannot map MXFP8 weights into the parameter buffer: it gathers BF16 through
+    a buffer shared with the gradients and quantises after (2 B per parameter on the wire), while the
+    weights are kept as MXFP8 only (no BF16 copy, no separate FP8 copies)."""
+    from planner.memory import param_gather_bytes, stage_params
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-b200")
+    lay = Layout(dp=8, zero_stage=1)
+    off = TrainingSpec(global_batch_size=64, seq_length=4096, fp8="mxfp8")
+    on = off.model_copy(update={"fp8_param_gather": True})
+    psi = stage_params(m, lay, 0, 32)
+    assert param_gather_bytes(m, on, lay, 0, 32) == pytest.approx((2 * psi,))
+    p_off, p_on = planner.evaluate(m, c, off, lay), planner.evaluate(m, c, on, lay)
+    assert p_on.memory.stages[0].get("fp8_weights") == 0 and p_off.memory.stages[0].get("fp8_weights") > 0
+    assert p_on.time.dp_exposed == pytest.approx(p_off.time.dp_exposed)
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" in p_on.to_megatron().args
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" not in p_off.to_megatron().args

@@ -489,3 +489,85 @@ def test_search_turns_ep_overlap_on_where_it_pays_and_obeys_the_constraint():
     line = next(x for x in _experts(m, c, t, r.best) if "EP overlap" in x)
     without = planner.evaluate(m, c, t, r.best.layout.model_copy(update={"ep_overlap": False}))
     assert f"is on; without it the step would take {without.step_time_s / r.best.step_time_s - 1:+.1%}" in line
+
+
+# --- Megatron's --recompute-modules (Layout.recompute_modules) -----------------------------------
+
+
+def _freed(m, modules, **kw):
+    from planner.memory import activation_bytes_per_layer
+
+    none = activation_bytes_per_layer(m, 1, 4096, recompute="none", **kw)
+    return none - activation_bytes_per_layer(m, 1, 4096, recompute="selective", recompute_modules=modules, **kw)
+
+
+def test_recompute_modules_free_what_megatrons_output_discarding_checkpoints_drop():
+    """DeepSeek-V3, one 4096-token sequence, TP 1 (a = 128 heads, d_qk 128, d_rope 64, d_v 128, h 7168,
+    top-8 of 2048-wide experts, 18432-wide dense MLP), by hand from megatron-core's modules:
+    mla_up_proj drops Q and K after RoPE and V: 2 * 4096 * 128 * (192 + 192 + 128) B; moe_act the
+    routed activation output: 2 * 4096 * 8 * 2048 B; layernorm the MLA input norm's and the MoE
+    pre-MLP norm's outputs: 2 * 2 * 4096 * 7168 B; mlp (dense layers) the norm rstd, FC1 input,
+    SwiGLU input and FC2 input: 4*4096 + 2*4096*7168 + 4*4096*18432 + 2*4096*18432 B."""
+    m = planner.load_model("deepseek-v3")
+    up, act, norms = 536_870_912, 134_217_728, 117_440_512
+    assert _freed(m, ("mla_up_proj",)) == pytest.approx(up)
+    assert _freed(m, ("moe_act",)) == pytest.approx(act)
+    assert _freed(m, ("layernorm",)) == pytest.approx(norms)
+    assert _freed(m, ("layernorm", "mla_up_proj", "moe_act")) == pytest.approx(up + act + norms)
+    assert _freed(m, ("mlp",), moe_layer=False) == pytest.approx(511_721_472)
+    assert _freed(m, ("moe_act",), moe_layer=False) == 0 and _freed(m, ("mlp",)) == 0
+    # FP8 linears save 1 B inputs, and Megatron has them save the original instead (set_save_original_input),
+    # so moe_act frees the 1 B FC2 input; the MLA norm's kept copy is 1 B, the MoE norm's BF16 output
+    # plus the shared expert's 1 B copy
+    assert _freed(m, ("moe_act",), fp8_inputs=True) == pytest.approx(act / 2)
+    assert _freed(m, ("layernorm",), fp8_inputs=True) == pytest.approx(4096 * 7168 + 2 * 4096 * 7168 + 4096 * 7168)
+    # the attention core alone is Megatron's default: only the fp32 logsumexp goes (flash)
+    assert _freed(m, ("core_attn",)) == pytest.approx(4 * 128 * 4096)
+
+
+def test_recompute_modules_are_priced_as_the_passes_and_gemms_they_rerun():
+    """Qwen3-30B-A3B (48 MoE layers, h 2048, top-8 of 768-wide experts, norms fused into QKV) on 8 H100:
+    moe_act re-reads the routed FC1 output and writes the activation, 2 B x 32768 rows x 3 x 768 per
+    layer; layernorm re-runs the pre-MLP norm, a read and a write of 2 B x 4096 x 2048; at the
+    cluster's streaming bandwidth (3.35 TB/s x 0.89). MLA's up-projection FLOPs by hand."""
+    from planner.cost import mla_up_proj_flops
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    bw = 3350e9 * 0.89
+
+    def rc(modules):
+        lay = Layout(dp=8, ep=8, zero_stage=1, recompute="selective", recompute_modules=modules)
+        return planner.evaluate(m, c, t, lay).time.pipeline.stages[0].recompute
+
+    assert rc(("moe_act",)) == pytest.approx(48 * 2 * 32768 * 3 * 768 / bw, rel=1e-3)
+    assert rc(("layernorm",)) == pytest.approx(48 * 2 * 2 * 4096 * 2048 / bw, rel=1e-3)
+    assert rc(("layernorm", "moe_act")) == pytest.approx(rc(("layernorm",)) + rc(("moe_act",)), rel=1e-3)
+    assert rc(("moe_act",)) < rc(("core_attn",))
+    assert mla_up_proj_flops(planner.load_model("deepseek-v3"), 4096, 1) == pytest.approx(
+        [2 * 4096 * 1536 * 128 * 192, 2 * 4096 * 512 * 128 * 256])
+
+
+def test_recompute_modules_follow_megatrons_rules_and_reach_only_megatron():
+    from planner.space import layout_problems
+
+    moe, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    lay = Layout(dp=8, ep=8, zero_stage=1, recompute="selective", recompute_modules=("mla_up_proj",))
+    assert any("mla_up_proj" in p and "multi-latent" in p for p in layout_problems(moe, c, t, lay))
+    dense = planner.load_model("llama3-8b")
+    lay = Layout(dp=8, zero_stage=1, recompute="selective", recompute_modules=("moe_act",))
+    assert any("'moe_act' needs an MoE model" in p for p in layout_problems(dense, c, t, lay))
+    lay = Layout(dp=8, ep=8, zero_stage=1, recompute="selective", recompute_modules=("layernorm",))
+    assert any("Delayed scaling" in p for p in layout_problems(moe, c, t.model_copy(update={"fp8": "delayed"}), lay))
+    assert not layout_problems(moe, c, t.model_copy(update={"fp8": "tensorwise"}), lay)
+    with pytest.raises(planner.SpecError, match="recompute_modules.*selective"):
+        Layout(recompute="full", recompute_modules=("moe_act",))
+    with pytest.raises(planner.SpecError, match="recompute_modules"):
+        Layout(recompute="selective", recompute_modules=("moe",))
+    assert Layout(recompute="selective", recompute_modules="moe_act,layernorm").recompute_modules == ("layernorm", "moe_act")
+    p = planner.evaluate(dense, c, t, Layout(dp=8, zero_stage=1, recompute="selective", recompute_modules=("mlp",)))
+    assert "--recompute-modules" in p.to_megatron().args
+    ds = planner.evaluate(dense, c, t.model_copy(update={"optimizer_impl": "deepspeed"}), p.layout)
+    with pytest.raises(PlannerError, match="Megatron-DeepSpeed: selective recompute re-runs the attention core only"):
+        ds.to_deepspeed()

@@ -390,3 +390,26 @@ def test_megatron_accepts_the_combined_1f1b_the_plan_prices(megatron_path):
     for p, r in zip(plans, results):
         assert r.ok, (p.layout.short(), r.line())
         assert r.details["overlap_moe_expert_parallel_comm"]
+
+
+def test_megatron_accepts_recompute_modules_and_mxfp8_gathered_through_the_gradient_buffer(megatron_path):
+    """DeepSeek-V3 as Megatron-Bridge's GB300 MXFP8 recipe runs it (on 256 B300): selective recompute of MLA's
+    up-projections, the norms and the routed activation (--recompute-modules), MXFP8 weights gathered
+    through the gradient buffer. TransformerConfig carries the modules; the arguments the flag."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("deepseek-v3"), planner.load_cluster("dgx-b300", nodes=32),
+                         TrainingSpec(global_batch_size=4096, seq_length=4096, fp8="mxfp8", fp8_param_gather=True,
+                                      grad_dtype="bf16"),
+                         planner.Layout(tp=1, pp=2, dp=128, ep=32, etp=1, zero_stage=1, micro_batch_size=1,
+                                        recompute="selective", recompute_modules=("mla_up_proj", "moe_act", "layernorm"),
+                                        vpp=2, pipeline_layers=(16, 15, 15, 15)))
+    args = p.to_megatron().args
+    i = args.index("--recompute-modules")
+    assert list(args[i + 1:i + 4]) == ["layernorm", "mla_up_proj", "moe_act"]
+    assert "--reuse-grad-buf-for-mxfp8-param-ag" in args and "--fp8-param-gather" in args
+    r = check_megatron([megatron_payload(args, p.num_gpus, p.to_megatron().env, 10)])[0]
+    assert r.ok, r.line()
+    assert r.details["recompute_modules"] == ["layernorm", "mla_up_proj", "moe_act"]
+    assert r.details["reuse_grad_buf_for_mxfp8_param_ag"] and r.details["fp8_param"]

@@ -113,11 +113,13 @@ def _validate(p: dict) -> dict:
                "sequence_parallel": bool(args.sequence_parallel), "micro_batch_size": args.micro_batch_size,
                "global_batch_size": args.global_batch_size, "num_microbatches": m,
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
+               "recompute_modules": sorted(cfg.recompute_modules or []) if args.recompute_granularity == "selective" else None,
                "num_experts": args.num_experts, "moe_router_topk": args.moe_router_topk if args.num_experts else None,
                **expert,
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
                "fp8_param": bool(getattr(cfg, "fp8_param", False)),
+               "reuse_grad_buf_for_mxfp8_param_ag": bool(getattr(args, "reuse_grad_buf_for_mxfp8_param_ag", False)),
                # the layer as TransformerConfig builds it: windows, sinks, biases, the MLP's activation
                "window_size": list(cfg.window_size) if cfg.window_size else None, "windowed_layers": windowed,
                "softmax_type": cfg.softmax_type, "add_bias_linear": bool(cfg.add_bias_linear),

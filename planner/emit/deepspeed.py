@@ -103,6 +103,10 @@ def _megatron_deepspeed_args(plan: Plan) -> list[str]:
     if lay.recompute == Recompute.FULL:
         a += ["--deepspeed-activation-checkpointing", "--recompute-granularity", "full", "--recompute-method", "uniform"]
     elif lay.recompute == Recompute.SELECTIVE:
+        if lay.recomputed_modules != ("core_attn",):
+            raise PlannerError(f"Megatron-DeepSpeed: selective recompute re-runs the attention core only; "
+                               f"recompute_modules {','.join(lay.recomputed_modules)} are megatron-core's "
+                               "(emit for Megatron)")
         a += ["--recompute-granularity", "selective"]
     a += ["--bf16" if t.precision == "bf16" else "--fp16", "--zero-stage", str(lay.zero_stage),
           "--deepspeed", "--deepspeed_config", "ds_config.json"]

@@ -136,6 +136,8 @@ def megatron_args(plan: Plan) -> list[str]:
                            "recompute is the attention core (plan with framework='megatron')")
     if lay.recompute == Recompute.SELECTIVE:
         a += ["--recompute-granularity", "selective"]
+        if lay.recompute_modules is not None:  # what the ledger frees and the recompute term re-runs
+            a += ["--recompute-modules", *lay.recompute_modules]
     elif lay.recompute == Recompute.FULL:
         if lay.recompute_num_layers is None:  # every layer checkpointed on its own: stores 2sbh per layer
             a += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
@@ -153,6 +155,9 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
         if t.fp8_param_gather:  # FP8 weights, all-gathered in FP8 (priced in planner.cost / memory)
             a += ["--fp8-param-gather"]
+            if t.fp8 == "mxfp8":  # gathered in BF16 through the gradient buffer (memory.MXFP8_GATHER_BYTES),
+                # as Megatron recommends and Megatron-Bridge's bf16_with_mxfp8_mixed sets
+                a += ["--reuse-grad-buf-for-mxfp8-param-ag"]
     if t.optimizer_states == "bf16":  # BF16 moments (and master remainders): planner.memory.adam_bytes
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
