@@ -544,6 +544,14 @@ def test_recompute_modules_are_priced_as_the_passes_and_gemms_they_rerun():
     assert rc(("layernorm",)) == pytest.approx(48 * 2 * 2 * 4096 * 2048 / bw, rel=1e-3)
     assert rc(("layernorm", "moe_act")) == pytest.approx(rc(("layernorm",)) + rc(("moe_act",)), rel=1e-3)
     assert rc(("moe_act",)) < rc(("core_attn",))
+    # DeepSeek-V3 (h 7168) keeps MLA's input norm as a module of its own too: two norms per MoE layer,
+    # one in a leading dense layer (its MLP norm is fused into FC1)
+    from planner.cost import _layer_time_of
+
+    ds = planner.load_model("deepseek-v3")
+    for dense, norms in ((False, 2), (True, 1)):
+        lt = _layer_time_of(ds, c, t, 1, 1, 1, False, False, 8, 1, dense)
+        assert lt.recompute_of(("layernorm",)) == pytest.approx(norms * 2 * 2 * 4096 * 7168 / bw, rel=1e-3)
     assert mla_up_proj_flops(planner.load_model("deepseek-v3"), 4096, 1) == pytest.approx(
         [2 * 4096 * 1536 * 128 * 192, 2 * 4096 * 512 * 128 * 256])
 
