@@ -29,7 +29,7 @@ from planner.errors import PlannerError
 from planner.logs import LogError, LogMeasurement
 from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan, evaluate
-from planner.specs import ClusterSpec, Layout, ModelSpec, PredictionError, Recompute, TrainingSpec
+from planner.specs import RECOMPUTE_MODULES, ClusterSpec, Layout, ModelSpec, PredictionError, Recompute, TrainingSpec
 from planner.uncertainty import prediction_error
 
 __all__ = ["Observation", "Parameter", "PARAMETERS", "CalibrationResult", "RunFit", "calibrate", "observation",
@@ -132,6 +132,20 @@ def _arg(args: dict[str, str], name: str, where: str, kind=int, default=_REQUIRE
         raise LogError(f"{where}: argument '{name}' = {text!r} is not a {kind.__name__.strip('_').replace('_', ' ')}") from None
 
 
+def _recompute_modules(text: str, where: str) -> tuple[str, ...] | None:
+    """Megatron's printed recompute_modules (a Python list, e.g. "['moe_act', 'layernorm']"; None is its
+    default, the attention core) as Layout.recompute_modules; a module the planner does not price is
+    refused rather than priced as another."""
+    if text in ("None", "[]"):
+        return None
+    mods = tuple(m.strip().strip("'\"") for m in text.strip("[]").split(",") if m.strip())
+    unknown = sorted(set(mods) - set(RECOMPUTE_MODULES))
+    if unknown:
+        raise LogError(f"{where}: recompute_modules {', '.join(unknown)} are not priced (the planner prices "
+                       f"{', '.join(RECOMPUTE_MODULES)})")
+    return mods
+
+
 def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
     """The training spec and layout of a Megatron run from its printed arguments.
 
@@ -151,8 +165,10 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         raise LogError(f"{where}: world_size {world} is not a multiple of tp*pp*cp = {tp * pp * cp}")
     gran = args.get("recompute_granularity", "None")
     recompute, n_rc = Recompute.NONE, None
+    modules = None
     if gran == "selective":
         recompute = Recompute.SELECTIVE
+        modules = _recompute_modules(args.get("recompute_modules", "None"), where)
     elif gran == "full":
         recompute = Recompute.FULL
         if args.get("recompute_method") == "block":
@@ -183,7 +199,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), micro_batch_size=_arg(args, "micro_batch_size", where),
         zero_stage=1 if _arg(args, "use_distributed_optimizer", where, kind=bool, default=False) else 0,
-        recompute=recompute, recompute_num_layers=n_rc, vpp=vpp,
+        recompute=recompute, recompute_num_layers=n_rc, recompute_modules=modules, vpp=vpp,
         sequence_parallel=_arg(args, "sequence_parallel", where, kind=bool, default=False),
         first_stage_layers=_arg(args, "decoder_first_pipeline_num_layers", where, default=None),
         last_stage_layers=_arg(args, "decoder_last_pipeline_num_layers", where, default=None),

@@ -353,3 +353,16 @@ def test_a_huge_line_is_skipped_not_scanned():
     # 2.6 MB of near-matches on one line: scanning it with the step patterns takes quadratic time
     line = "step: 1 loss: " + "memory: 1GiB " * 200_000
     assert parse_log(line + "\n" + megatron_log(2.0, 10 * GIB)).value == pytest.approx(2.0)
+
+
+def test_megatron_log_recompute_modules_become_the_layouts():
+    """Megatron prints recompute_modules as a Python list: the layout recomputes those modules (priced
+    as such), its default means the attention core, and a module the planner does not price is refused."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model("llama3-8b")
+    _, layout = megatron_setup(m.args, model, m.source)
+    assert layout.recompute_modules is None and layout.recomputed_modules == ("core_attn",)
+    _, layout = megatron_setup({**m.args, "recompute_modules": "['mlp', 'core_attn']"}, model, m.source)
+    assert layout.recompute_modules == ("core_attn", "mlp")
+    with pytest.raises(LogError, match="recompute_modules moe are not priced"):
+        megatron_setup({**m.args, "recompute_modules": "['moe', 'core_attn']"}, model, m.source)
