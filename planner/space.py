@@ -316,8 +316,9 @@ class Space:
     freely (free_split; Megatron's --pipeline-model-parallel-layout), else only the even one."""
 
     shapes: tuple[Shape, ...]
-    recomputes: dict[tuple[int, int], tuple[tuple[str, int | None], ...]]
-    """(pp, vpp) -> (mode, recompute_num_layers) options."""
+    recomputes: dict[tuple[int, int], tuple[tuple, ...]]
+    """(pp, vpp) -> (mode, recompute_num_layers) options; a selective option may carry its
+    recompute_modules third (offered_recompute_modules)."""
     zeros: dict[int, tuple[int, ...]]
     """pp -> ZeRO stages the target framework allows."""
     num_layers: int = 1
@@ -344,7 +345,8 @@ class Space:
                       vpp=shape.vpp, sequence_parallel=shape.sp, ep=shape.ep, etp=shape.etp,
                       moe_dispatcher=shape.dispatcher, ep_overlap=shape.ep_overlap,
                       pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
-                      recompute=rc[0], recompute_num_layers=rc[1], zero_stage=zero,
+                      recompute=rc[0], recompute_num_layers=rc[1], recompute_modules=rc[2] if len(rc) > 2 else None,
+                      zero_stage=zero,
                       rank_order=self.rank_order,
                       **overlaps(self.framework, shape.pp, zero, shape.vpp, shape.sp and self.framework_tp_overlap,
                                  self.training))
@@ -583,12 +585,30 @@ def framework_recomputes(framework: str | None, model: ModelSpec) -> tuple[str, 
     return ("none", "selective", "full")
 
 
+def offered_recompute_modules(model: ModelSpec, training: TrainingSpec, framework: str | None) -> tuple[str, ...] | None:
+    """The second selective option a Megatron search offers MoE and MLA models: the output-discarding
+    checkpoints that apply (layernorm, mla_up_proj, moe_act; not layernorm or moe_act under delayed
+    scaling, which Megatron refuses), the modules NVIDIA's MoE recipes choose; None for other models
+    and launch targets (Megatron-DeepSpeed and torchtitan have no --recompute-modules)."""
+    if framework not in ("megatron", None) or (model.moe is None and model.mla is None):
+        return None
+    mods = [] if training.fp8 == "delayed" else ["layernorm"]
+    if model.mla is not None:
+        mods.append("mla_up_proj")
+    if model.moe is not None and training.fp8 != "delayed":
+        mods.append("moe_act")
+    return tuple(sorted(mods)) or None
+
+
 def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
-                modes: tuple[str, ...]) -> tuple[tuple[str, int | None], ...]:
-    out: list[tuple[str, int | None]] = []
+                modes: tuple[str, ...], modules: tuple[str, ...] | None = None) -> tuple[tuple, ...]:
+    """(mode, recompute_num_layers[, recompute_modules]) options of one (pp, vpp)."""
+    out: list[tuple] = []
     for mode in modes:
         if _allowed("recompute", mode, constraints):
             out.append((mode, None))
+            if mode == "selective" and modules:
+                out.append((mode, None, modules))
     if _allowed("recompute", "full", constraints) and v == 1 and constraints.get("partial_recompute", True):
         per_stage = max(1, L // pp)
         for n in sorted({per_stage // 4, per_stage // 2, 3 * per_stage // 4}):
@@ -723,7 +743,8 @@ def build_space(
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}
-    recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes) for k in keys}
+    modules = offered_recompute_modules(model, training, framework)
+    recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes, modules) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
                        and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
     return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training)

@@ -579,3 +579,29 @@ def test_recompute_modules_follow_megatrons_rules_and_reach_only_megatron():
     ds = planner.evaluate(dense, c, t.model_copy(update={"optimizer_impl": "deepspeed"}), p.layout)
     with pytest.raises(PlannerError, match="Megatron-DeepSpeed: selective recompute re-runs the attention core only"):
         ds.to_deepspeed()
+
+
+def test_the_megatron_search_offers_the_recipes_recompute_modules_for_moe_and_mla():
+    """A second selective option beside the attention core: the output-discarding checkpoints that
+    apply to the model (Megatron refuses layernorm / moe_act under delayed scaling); nothing for dense
+    models or for targets without --recompute-modules."""
+    from planner.space import build_space, offered_recompute_modules
+
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
+    moe, mla, dense = planner.load_model("qwen3-30b-a3b"), planner.load_model("deepseek-v3"), planner.load_model("llama3-8b")
+
+    def offered(model, training=t, framework="megatron"):
+        sp = build_space(model, c, training, framework=framework)
+        return {o[2] for opts in sp.recomputes.values() for o in opts if len(o) > 2}
+
+    assert offered(moe) == {("layernorm", "moe_act")}
+    assert offered(mla) == {("layernorm", "mla_up_proj", "moe_act")}
+    assert offered(mla, t.model_copy(update={"fp8": "delayed"})) == {("mla_up_proj",)}
+    assert offered(moe, t.model_copy(update={"fp8": "delayed"})) == set()
+    assert offered(dense) == set()
+    assert offered_recompute_modules(moe, t, "deepspeed") is None and offered_recompute_modules(moe, t, "torchtitan") is None
+    sp = build_space(moe, c, t, framework="megatron", constraints={"recompute": "none"})
+    assert all(len(o) == 2 for opts in sp.recomputes.values() for o in opts)
+    r = planner.plan(moe, c, t, framework="megatron", recompute="selective", top_k=1, structural=False, time_limit_s=60)
+    assert r.best.layout.recompute_modules == ("layernorm", "moe_act")  # cheaper than the attention core, same memory class
