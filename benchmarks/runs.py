@@ -288,6 +288,21 @@ def _moe_fp8(prec: str, group: str) -> str | None | bool:
     return "tensorwise"
 
 
+RECIPE_CORRECTIONS: dict[str, dict[str, str]] = {
+    # These rows' perf recipe, DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1 (which their _V2 and
+    # _GBS15360 variants replace() only in the global batch), sets recompute_modules=[]: with the perf
+    # script's selective granularity Megatron recomputes nothing [NVIDIA-NeMo/Megatron-Bridge v0.5.0
+    # (fcbb6031103d) and v0.5.1 (5cb3444c43f7) scripts/performance/configs/deepseek/
+    # deepseek_workload_base_configs.py]. moe_runs.yaml reads 'no module list in the matching config'.
+    # (The same recipe runs FP8 dot-product attention, fp8_dot_product_attention=True, which the
+    # planner does not price: their attention is priced in BF16.)
+    rid: {"recompute": "none (recipe sets recompute_modules=[])"}
+    for rid in ("mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8", "mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8_gbs15360",
+                "mbridge_26.06.01_dgx-gb300_deepseek_v3_256gpu_mxfp8")
+}
+"""Row fields the cited recipe contradicts, corrected from the recipe (the copied file stays as shared/ has it)."""
+
+
 def _moe_fp8_param_gather(fp8: str | None) -> bool:
     """The MoE sources' mixed-precision presets keep FP8 weights and gather them in FP8 for every
     recipe but blockwise: Megatron-Bridge's bf16_with_fp8_current_scaling_mixed (tensorwise) and
@@ -368,6 +383,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
     NVLink) are priced with moe_dispatcher='deepep', the others with the all-to-all dispatcher."""
     runs, skipped = [], []
     for r in yaml.safe_load(Path(path).read_text()):
+        r = {**r, **RECIPE_CORRECTIONS.get(r["id"], {})}
         par = r["parallel"]
         fp8 = _moe_fp8(r.get("precision") or "", r["source_group"])
         model = _moe_model(r)

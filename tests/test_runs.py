@@ -55,3 +55,20 @@ def test_overlap_comm_is_priced_only_where_the_wrapper_overlaps(tmp_path):
     bf16 = _load(tmp_path, _row(sharding="DeepSpeed ZeRO-1 BF16_Optimizer overlap_comm", zero_stage=1))
     assert not bf16.layout.overlap_grad_reduce
     evaluate(bf16.model, bf16.cluster, bf16.training, bf16.layout)
+
+
+def test_moe_rows_run_their_recipes_recompute_modules_and_fp8_weights():
+    """The MoE loader reads a row's 'selective: a, b' as Megatron's --recompute-modules, its FP8 preset's
+    fp8_param_gather (tensorwise / MXFP8 / delayed on; blockwise off), and the recipe corrections
+    (DeepSeek-V3 on GB300, 26.06: recompute_modules=[], nothing recomputed)."""
+    from runs import RECIPE_CORRECTIONS, load_moe_runs
+
+    runs = {r.id: r for r in load_moe_runs()[0]}
+    assert runs["mbridge_26.04_dgx-gb300_deepseek_v3_256gpu_mxfp8"].layout.recompute_modules == ("mla_up_proj",)
+    assert runs["mbridge_26.04.01_dgx-gb200_gpt_oss_120b_64gpu_bf16"].layout.recompute_modules == ("layernorm", "moe_act")
+    assert runs["mbridge_26.04_dgx-gb300_deepseek_v3_256gpu_mxfp8"].training.fp8_param_gather
+    assert not runs["mbridge_25.09_dgx-b200_deepseek_v3_256gpu_fp8_alt"].training.fp8_param_gather  # blockwise
+    assert runs["dgxc_v25.05_grok1_314b_gb200_128gpu_fp8"].training.fp8_param_gather  # NeMo 2, delayed
+    assert len(RECIPE_CORRECTIONS) == 3
+    for rid in RECIPE_CORRECTIONS:
+        assert runs[rid].layout.recompute == "none"
