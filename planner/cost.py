@@ -35,7 +35,9 @@ from planner.memory import (
     linear_params_per_gpu,
     param_gather_bytes,
     dense_layers_on,
+    own_norms,
     param_shards,
+    routed_rows,
     stage_layers,
 )
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
@@ -392,7 +394,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     fp8 = training.fp8 is not None
     tokens, n = b * s / cp, b * s / (cp * tp)
     local = e.num_experts // ep
-    rows = n * e.top_k * etp * training.moe_imbalance  # the busiest rank's
+    rows = routed_rows(model, n, etp, training.moe_imbalance)  # the busiest rank's
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
@@ -508,14 +510,13 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     # Megatron's --recompute-modules beyond the attention core (LayerTime.module_recompute)
     hbm = gpu.hbm_bandwidth * cal.hbm_efficiency
     sp_div = tp if sequence_parallel else 1
-    norms = (model.mla is not None) + (moe is not None)  # the norms that are modules of their own
+    norms = sum(own_norms(model, moe_layer=not dense))
     modules = [("layernorm", norms * 2 * 2 * tokens * model.hidden_size / sp_div / hbm)]
     if model.mla is not None:
         modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8)))
     if moe is not None:
-        e = model.moe
-        rows = tokens / tp * e.top_k * etp * training.moe_imbalance
-        modules.append(("moe_act", 2 * rows * 3 * e.expert_ffn_hidden_size / etp / hbm))
+        rows = routed_rows(model, tokens / tp, etp, training.moe_imbalance)
+        modules.append(("moe_act", 2 * rows * 3 * model.moe.expert_ffn_hidden_size / etp / hbm))
     elif model.family != Family.GPT:
         f = model.ffn_hidden_size
         modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8) + 2 * 3 * tokens * f / tp / hbm))

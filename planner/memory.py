@@ -422,11 +422,9 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
     under tensor_parallel.CheckpointWithoutOutput, which drops its output's storage once the consumer has
     run and refills it before the backward; under FP8 the consuming linear is told to save its original
     input (set_save_original_input), so no quantised copy stays either):
-    - layernorm: the norms that are modules of their own [transformer/transformer_layer.py:
-      TransformerLayer.__init__: recompute_input_layernorm / recompute_pre_mlp_layernorm, skipped for an
-      IdentityOp norm fused into its linear]: MLA's input norm, whose output feeds the down-projections,
-      and an MoE layer's pre-MLP norm, whose output feeds the router and the shared experts
-      [moe/moe_layer.py: set_for_recompute_pre_mlp_layernorm];
+    - layernorm: the outputs of the norms that are modules of their own (own_norms) [transformer/
+      transformer_layer.py: recompute_input_layernorm / recompute_pre_mlp_layernorm; moe/moe_layer.py:
+      set_for_recompute_pre_mlp_layernorm];
     - mla_up_proj: Q and K after RoPE and V [multi_latent_attention.py: qkv_up_checkpoint];
     - moe_act: the routed experts' activation output, the grouped FC2's input [moe/experts.py:
       TEGroupedMLP, activation_checkpoint];
@@ -437,16 +435,16 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
     moe = model.moe if moe_layer else None
     act_b = 1 if fp8_inputs else 2  # a TE FP8 linear's saved input
     if "layernorm" in modules:
-        if model.mla is not None:
+        input_norm, mlp_norm = own_norms(model, moe_layer)
+        if input_norm:  # MLA's down-projections' saved input
             freed += act_b * sb * h / sp_div
-        if moe is not None:  # the BF16 norm output, and under FP8 the shared experts' 1 B copy
+        if mlp_norm:  # the BF16 norm output, and under FP8 the shared experts' 1 B copy
             freed += 2 * sb * h / sp_div + (sb * h / sp_div if fp8_inputs and moe.shared_expert_ffn_hidden_size else 0.0)
     if "mla_up_proj" in modules and model.mla is not None:
         m, a = model.mla, model.num_attention_heads
         freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
     if "moe_act" in modules and moe is not None:
-        rows = sb / sp_div * moe.top_k * etp * moe_imbalance
-        freed += act_b * rows * moe.expert_ffn_hidden_size / etp
+        freed += act_b * routed_rows(model, sb / sp_div, etp, moe_imbalance) * moe.expert_ffn_hidden_size / etp
     if "mlp" in modules and moe is None and model.family != Family.GPT:
         f = model.ffn_hidden_size
         freed += 4 * sb / sp_div + act_b * sb * h / sp_div + 4 * sb * f / tp + act_b * sb * f / tp
@@ -457,6 +455,21 @@ MOE_ROUTER_SAVED_BYTES = 8
 """Bytes per token and expert the router keeps: its fp32 logits and the fp32 scores of the
 softmax/sigmoid (the backward of each needs them) [Megatron-LM@d98e8a6 megatron/core/transformer/
 moe/router.py: TopKRouter.routing, moe_utils.topk_softmax_with_capacity]."""
+
+
+def routed_rows(model: ModelSpec, tokens: float, etp: int, imbalance: float = 1.0) -> float:
+    """Rows the busiest GPU's grouped GEMMs see for `tokens` tokens of the layer input on it: each
+    token goes to top_k experts and the ETP all-gather brings etp ranks' rows (see moe_routed_bytes)."""
+    return tokens * model.moe.top_k * etp * imbalance
+
+
+def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
+    """(input norm, pre-MLP norm): whether each of a layer's norms is a module of its own in Megatron's
+    Transformer Engine layer, not fused into the linear after it (TELayerNormColumnParallelLinear):
+    the input norm before MLA's down-projections, and an MoE layer's pre-MLP norm, whose output feeds
+    the router and the shared experts [megatron-core 0.19.2 transformer/transformer_layer.py:
+    TransformerLayer.__init__, IdentityOp norms are skipped by recompute 'layernorm']."""
+    return model.mla is not None, model.moe is not None and moe_layer
 
 
 def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False,
@@ -473,7 +486,7 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert.
     imbalance: the busiest rank receives that many times the mean rows (TrainingSpec.moe_imbalance)."""
     e = model.moe
-    rows, fe = tokens * e.top_k * etp * imbalance, e.expert_ffn_hidden_size / etp
+    rows, fe = routed_rows(model, tokens, etp, imbalance), e.expert_ffn_hidden_size / etp
     act_b = 1 if fp8_inputs else 2
     return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
             + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)

@@ -25,18 +25,21 @@ def divisors(n: int) -> list[int]:
 def _recompute_module_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
     """Megatron's rules for --recompute-modules [megatron-core 0.19.2 transformer/transformer_config.py:
     TransformerConfig.__post_init__] and the planner's pricing limits."""
-    mods, bad = set(lay.recomputed_modules), []
-    if "moe_act" in mods and model.moe is None:
-        bad.append("recompute_modules 'moe_act' needs an MoE model (Megatron: only with moe_grouped_gemm)")
-    if "mla_up_proj" in mods and model.mla is None:
-        bad.append("recompute_modules 'mla_up_proj' needs multi-latent attention (Megatron: only with "
-                   "multi_latent_attention)")
-    if "mlp" in mods and model.family == Family.GPT:
-        bad.append("recompute_modules 'mlp' is priced for llama-family (SwiGLU) MLPs only")
-    if mods & {"moe_act", "layernorm"} and training.fp8 == "delayed":
-        bad.append("recompute_modules 'moe_act' / 'layernorm' with fp8='delayed': Megatron refuses them "
-                   "('Delayed scaling does not support moe_act and layernorm recompute for fp8')")
-    return bad
+    return [why for m in lay.recomputed_modules if (why := _recompute_module_problem(model, training, m))]
+
+
+def _recompute_module_problem(model: ModelSpec, training: TrainingSpec, module: str) -> str | None:
+    """Why one recompute module cannot run for this model and training (None: it can)."""
+    if module == "moe_act" and model.moe is None:
+        return "recompute_modules 'moe_act' needs an MoE model (Megatron: only with moe_grouped_gemm)"
+    if module == "mla_up_proj" and model.mla is None:
+        return "recompute_modules 'mla_up_proj' needs multi-latent attention (Megatron: only with multi_latent_attention)"
+    if module == "mlp" and model.family == Family.GPT:
+        return "recompute_modules 'mlp' is priced for llama-family (SwiGLU) MLPs only"
+    if module in ("moe_act", "layernorm") and training.fp8 == "delayed":
+        return (f"recompute_modules '{module}' with fp8='delayed': Megatron refuses it "
+                "('Delayed scaling does not support moe_act and layernorm recompute for fp8')")
+    return None
 
 
 def layout_problems(
@@ -592,12 +595,8 @@ def offered_recompute_modules(model: ModelSpec, training: TrainingSpec, framewor
     and launch targets (Megatron-DeepSpeed and torchtitan have no --recompute-modules)."""
     if framework not in ("megatron", None) or (model.moe is None and model.mla is None):
         return None
-    mods = [] if training.fp8 == "delayed" else ["layernorm"]
-    if model.mla is not None:
-        mods.append("mla_up_proj")
-    if model.moe is not None and training.fp8 != "delayed":
-        mods.append("moe_act")
-    return tuple(sorted(mods)) or None
+    mods = tuple(m for m in ("layernorm", "mla_up_proj", "moe_act") if not _recompute_module_problem(model, training, m))
+    return mods or None
 
 
 def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
