@@ -56,26 +56,37 @@ def busbw(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -
     return peak * _size_fraction(cluster, nbytes)
 
 
-NCCL_NET_RING_HOP_S = 9.6e-6
-NCCL_NET_TREE_HOP_S = 28e-6
-# NCCL's latency model (src/graph/tuning.cc, Simple protocol, [HwRef §2.4]): each inter-node step
-# of a ring adds hwLat[NET][Ring] = 9.6 us; a tree all-reduce crosses 2 log2(nodes) levels at
-# hwLat[NET][Tree] = 28 us (the newer constants, NVIDIA/nccl#1334); NCCL picks the faster.
+NCCL_NET_RING_HOP_S = 14e-6
+NCCL_NET_TREE_HOP_S = 14e-6
+NCCL_NVLINK_RING_HOP_S = 3.4e-6
+NCCL_NVLINK_TREE_HOP_S = 4.0e-6
+# NCCL's latency model for the Simple protocol [NVIDIA/nccl src/graph/tuning.cc: ncclTopoTuneModel
+# and ncclTunerConstantsDefaults, the same from v2.23.4 to v2.30.7]: a ring collective makes nsteps
+# = 2 (n - 1) steps (all-reduce) or n - 1 (all-gather, reduce-scatter); nInterSteps = 2 (nodes - 1)
+# or nodes - 1 of them cross nodes at hwLat[NET][Ring] = 14 us, and the other nsteps - nInterSteps
+# hop between GPUs of one node at intraLat = max(hwLat[NVLINK][Ring] = 3.4 us, 3 x the host's
+# network overhead, 1 us on Intel and Arm hosts). A tree all-reduce crosses 2 log2(nodes) levels at
+# hwLat[NET][Tree] = 14 us and 2 (ppn - 1) intra-node hops at hwLat[NVLINK][Tree] = 4 us. NCCL
+# picks the faster. (ASSUMPTION: Intel or Arm hosts; NCCL's AMD-host overhead is 2 us, i.e. 6 us
+# per intra-node ring step.)
 
 
 def latency(cluster: ClusterSpec, group: GroupPlacement, op: str) -> float:
-    """Alpha of one collective: the tier's latency, plus NCCL's per-hop latency for every further
-    inter-node step. A ring all-gather / reduce-scatter crosses nodes (nodes - 1) times, a ring
-    all-reduce 2 (nodes - 1) times, a tree all-reduce 2 log2(nodes) times; the first crossing is
-    the tier's own latency (ScaleOut.latency)."""
+    """Alpha of one collective: the tier's latency, plus NCCL's per-step latency for every further
+    step of the ring or tree (the constants above); the first inter-node crossing is the tier's own
+    latency (ScaleOut.latency). A group inside one NVLink domain costs the domain's measured alpha."""
     if group.tier == "nvlink":
         return cluster.nvlink.latency
     base, nodes = cluster.scaleout.latency, max(2, group.nodes)
-    steps = (2 if op == "allreduce" else 1) * (nodes - 1)
-    ring = base + (steps - 1) * NCCL_NET_RING_HOP_S
+    twice = 2 if op == "allreduce" else 1
+    inter = twice * (nodes - 1)
+    intra = max(0, twice * (group.size - 1) - inter)
+    ring = base + (inter - 1) * NCCL_NET_RING_HOP_S + intra * NCCL_NVLINK_RING_HOP_S
     if op != "allreduce":
         return ring
-    return min(ring, base + (2 * math.log2(nodes) - 1) * NCCL_NET_TREE_HOP_S)
+    ppn = group.size / nodes
+    tree = base + (2 * math.log2(nodes) - 1) * NCCL_NET_TREE_HOP_S + 2 * (ppn - 1) * NCCL_NVLINK_TREE_HOP_S
+    return min(ring, tree)
 
 
 def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -> float:

@@ -466,18 +466,38 @@ def test_tp_comm_overlap_needs_sequence_parallel():
 
 
 def test_scaleout_latency_grows_with_the_nodes_a_group_spans():
-    """NCCL tuning.cc (Simple): a ring reduce-scatter over 64 nodes makes 63 inter-node steps, the
-    first at the scale-out latency (20 us) and 62 more at 9.6 us; an all-reduce over 64 nodes picks
-    the tree, 2 log2(64) = 12 levels: 20 us + 11 x 28 us (a ring would cost 20 + 125 x 9.6 us)."""
+    """NCCL tuning.cc (Simple; v2.23.4-v2.30.7 constants): a ring reduce-scatter over 64 nodes, one
+    GPU each, makes 63 inter-node steps, the first at the scale-out latency (20 us) and 62 more at
+    hwLat[NET][Ring] = 14 us; an all-reduce over 64 nodes picks the tree, 2 log2(64) = 12 levels:
+    20 us + 11 x 14 us (a ring would cost 20 + 125 x 14 us)."""
     from planner.comm import latency
     c = planner.load_cluster("dgx-h100", nodes=64)
     g = placement(c, (64, 8))  # one GPU per node, 64 nodes
     assert g.tier == "scaleout" and g.nodes == 64
-    assert latency(c, g, "reducescatter") == pytest.approx(20e-6 + 62 * 9.6e-6)
-    assert latency(c, g, "allreduce") == pytest.approx(20e-6 + 11 * 28e-6)
+    assert latency(c, g, "reducescatter") == pytest.approx(20e-6 + 62 * 14e-6)
+    assert latency(c, g, "allreduce") == pytest.approx(20e-6 + 11 * 14e-6)
     two = placement(c, (2, 8))
     assert latency(c, two, "allgather") == pytest.approx(20e-6)  # one crossing: the tier's own alpha
-    assert latency(c, two, "allreduce") == pytest.approx(20e-6 + 9.6e-6)  # ring 2 steps < tree 2 levels
+    assert latency(c, two, "allreduce") == pytest.approx(20e-6 + 14e-6)  # ring 2 steps = tree 2 levels
+
+
+def test_a_ring_over_full_nodes_pays_its_intra_node_steps():
+    """A ring over 512 GPUs on 64 nodes (8 each, an FSDP group) makes nsteps = 511 steps, of which
+    nInterSteps = 63 cross nodes; the other 448 pay intraLat = max(hwLat[NVLINK][Ring][Simple] 3.4 us,
+    3 x 1 us net overhead) [NVIDIA/nccl src/graph/tuning.cc]: 20 + 62 x 14 + 448 x 3.4 = 2,411.2 us.
+    An all-reduce picks the tree: 20 + 11 x 14 + 2 x 7 x 4.0 = 230 us (the ring: 4,816.4 us)."""
+    from planner.comm import latency
+    c = planner.load_cluster("dgx-h100", nodes=64)
+    g = placement(c, (512, 1))
+    assert (g.size, g.nodes, g.per_node) == (512, 64, 8)
+    assert latency(c, g, "allgather") == pytest.approx(2411.2e-6)
+    assert latency(c, g, "reducescatter") == pytest.approx(2411.2e-6)
+    assert latency(c, g, "allreduce") == pytest.approx(230e-6)
+    # two nodes of 8: a ring all-gather 20 + 0 x 14 + 14 x 3.4 us; all-reduce ring 20 + 14 + 28 x 3.4
+    # against the tree 20 + 14 + 2 x 7 x 4.0 = 90 us
+    g16 = placement(c, (16, 1))
+    assert latency(c, g16, "allgather") == pytest.approx(20e-6 + 14 * 3.4e-6)
+    assert latency(c, g16, "allreduce") == pytest.approx(90e-6)
 
 
 @pytest.mark.parametrize("v,split", [(1, (6, 10, 10, 6)), (1, (9, 8, 8, 7)), (2, (3, 5, 5, 3, 3, 5, 5, 3)),
