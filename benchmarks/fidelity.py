@@ -56,18 +56,32 @@ def _with(cluster, update):
     return cluster.model_copy(update={"calibration": cluster.calibration.model_copy(update=update)})
 
 
-def leave_one_group_out(runs) -> dict[str, list[tuple]]:
+_REFITS: dict[tuple, dict] = {}
+
+
+def _refit(rows, prior: dict) -> dict:
+    """fit(rows, prior)'s parameters, once per set of rows (the FP8 and MoE groups, absent from the
+    BF16 rows, all refit on the same ones)."""
+    key = (tuple(sorted(r.id for r in rows)), tuple(sorted(prior.items())))
+    if key not in _REFITS:
+        _REFITS[key] = fit(rows, prior)[1]
+    return _REFITS[key]
+
+
+def leave_one_group_out(runs, fit_runs=None) -> dict[str, list[tuple]]:
     """(run, signed throughput error) of each source group's rows, predicted with parameters refitted
-    without the group."""
+    without the group: on the other groups of `runs`, or of `fit_runs` where given (the BF16/FP16
+    rows, for predicting FP8 or MoE rows that nothing is fitted on)."""
     usable = [r for r in runs if not r.oom]
+    pool = usable if fit_runs is None else [r for r in fit_runs if not r.oom]
     out: dict[str, list[tuple]] = {}
     for group in sorted({r.group for r in usable}):
         held = [r for r in usable if r.group == group]
         refit: dict[str, dict] = {}
         for gen in sorted({generation(r.cluster.name) for r in held}):
-            rest = [r for r in usable if r.group != group and generation(r.cluster.name) == gen]
+            rest = [r for r in pool if r.group != group and generation(r.cluster.name) == gen]
             prior = prior_of(next(r.cluster for r in held if generation(r.cluster.name) == gen))
-            refit[gen] = fit(rest, prior)[1] if rest else prior
+            refit[gen] = _refit(rest, prior) if rest else prior
         for r in held:
             p = evaluate(r.model, _with(r.cluster, refit[generation(r.cluster.name)]), r.training, r.layout)
             out.setdefault(group, []).append((r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1))

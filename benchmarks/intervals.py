@@ -6,8 +6,11 @@ Step time: the leave-one-source-group-out residuals ln(measured / predicted) (be
 refits every GPU generation without the held-out group), grouped by source (see hierarchy():
 a new stack brings its own bias, so the spread of the group medians adds to the spread within a
 group; ranking_sigma is the within-group spread alone, since two layouts run on one stack share
-its bias — used to call two layouts tied). Keyed by (GPU arch, kernel family) where a key has
-residuals from MIN_GROUPS source groups, else pooled. Memory: residuals of the rows that publish a peak (no memory parameter is refitted
+its bias — used to call two layouts tied). One table per workload (dense BF16/FP16, dense FP8,
+MoE: their errors differ, so an MoE or FP8 job must not carry the dense rows' spread); within it
+keyed by (GPU arch, kernel family) where a key has residuals from MIN_GROUPS source groups, else
+the workload's rows pooled. FP8 and MoE rows are priced with the BF16 rows' parameters refitted
+without their source group (nothing is fitted on them). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
 per group, so these are in-sample for the overhead only).
 
 Prints the table and two coverages of the 80 % and 95 % intervals: built from the other half of
@@ -32,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import evaluate_runs, leave_one_group_out  # noqa: E402
-from runs import load_runs  # noqa: E402
+from runs import load_moe_runs, load_runs  # noqa: E402
 
 Z80 = 1.2815515655446004
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,10 +75,23 @@ def hierarchy(step) -> tuple[float, float, float]:
     return statistics.median(medians.values()), math.hypot(between, within), within
 
 
-def step_residuals(runs) -> list[tuple[object, float]]:
-    """(run, ln(measured / predicted step time)) out of sample, every usable row."""
+def step_residuals(runs, fit_runs=None) -> list[tuple[object, float]]:
+    """(run, ln(measured / predicted step time)) out of sample, every usable row: predicted with the
+    parameters refitted without the row's source group (on `fit_runs` where given)."""
     return [(r, math.log(1 + e))  # e = pred/meas throughput − 1
-            for values in leave_one_group_out(runs).values() for r, e in values]
+            for values in leave_one_group_out(runs, fit_runs).values() for r, e in values]
+
+
+def workload_residuals() -> dict[str, tuple[list, list]]:
+    """Per workload (planner.uncertainty.workload): (step residuals, memory residuals). Dense
+    BF16/FP16 rows leave their group out of the refit; the FP8 and MoE rows, on which nothing is
+    fitted, are predicted with the BF16 rows' parameters refitted without their group (a group
+    with BF16 rows too, torchtitan's, does not see them). Memory: the workload's own published
+    peaks, split by kernel family in table() (no MoE run publishes one)."""
+    dense, low = load_runs(), load_runs(low_precision=True)
+    return {"dense": (step_residuals(dense), memory_residuals(dense)),
+            "low-precision": (step_residuals(low, dense), memory_residuals(low)),
+            "moe": (step_residuals(load_moe_runs()[0], dense), [])}
 
 
 def memory_residuals(runs) -> list[tuple[object, float]]:
@@ -86,9 +102,14 @@ def memory_residuals(runs) -> list[tuple[object, float]]:
     return out
 
 
-def table(step, mem) -> dict:
+def table(step, mem, workload: str = "dense") -> dict:
+    """Entries keyed (workload, GPU arch, kernels) where a key has residuals from MIN_GROUPS source
+    groups; (workload, None, kernels) for each kernel family of the workload: its pooled step-time
+    terms with that family's memory terms; and (workload, None, None), every row."""
     keys = sorted(k for k in {_key(r) for r, _ in step}
                   if len({r.group for r, _ in step if _key(r) == k}) >= MIN_GROUPS)
+    families = sorted({r.training.kernels for r, _ in step})
+
     def memory(kernels: str) -> tuple[float, float]:
         """(bias, sigma) from the published peaks of one kernel family; conservative: a ledger that
         over-counts on a few rows of one stack is not credited (bias ≥ 0), the spread is at least 5 %."""
@@ -97,13 +118,19 @@ def table(step, mem) -> dict:
         return max(0.0, b), max(0.05, sg)
 
     out = {}
-    for k in keys + [None]:
-        rows = [(r, x) for r, x in step if k is None or _key(r) == k]
+    for k in keys + [(None, f) for f in families] + [None]:
+        rows = [(r, x) for r, x in step if k is None or k[0] is None or _key(r) == k]
         mem_bias, mem_sigma = memory(k[1] if k is not None else "fused")
         bias, sigma, within = hierarchy(rows)
-        out[k] = dict(step_time_bias=bias, step_time_sigma=sigma, ranking_sigma=within, memory_bias=mem_bias,
-                      memory_sigma=mem_sigma, rows=len(rows), groups=len({r.group for r, _ in rows}))
+        out[(workload, *(k or (None, None)))] = dict(
+            step_time_bias=bias, step_time_sigma=sigma, ranking_sigma=within, memory_bias=mem_bias,
+            memory_sigma=mem_sigma, rows=len(rows), groups=len({r.group for r, _ in rows}))
     return out
+
+
+def tables(residuals: dict[str, tuple[list, list]]) -> dict:
+    """table() of every workload, one dict."""
+    return {k: v for w, (step, mem) in residuals.items() for k, v in table(step, mem, w).items()}
 
 
 def coverage_rows(step, level_z: float) -> float:
@@ -129,24 +156,24 @@ def coverage(step, level_z: float) -> tuple[float, float]:
     return inside / len(step), statistics.mean(shares)
 
 
+WHAT = {"dense": "published runs", "low-precision": "published FP8 runs", "moe": "published MoE runs"}
+
+
 def write(tab: dict) -> None:
     path = ROOT / "planner" / "uncertainty.py"
     text = path.read_text()
-    lines = ["PUBLISHED: dict[tuple[int, str], PredictionError] = {"]
-    for k, v in tab.items():
-        if k is None:
-            continue
-        lines.append(f"    {k!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
-                     f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, "
-                     f"memory_sigma={v['memory_sigma']:.4f}, basis=\"{v['rows']} published runs ({v['groups']} source groups), "
-                     f"arch {k[0]}, {k[1]} kernels, leave-one-source-group-out\"),")
+    lines = ["PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {"]
+    for (w, arch, kernels), v in tab.items():
+        where = (f"arch {arch}, {kernels} kernels" if arch is not None else
+                 f"all GPUs, memory from {kernels}-kernel peaks" if kernels is not None else "all GPUs and kernels")
+        lines.append(f"    {(w, arch, kernels)!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, "
+                     f"step_time_sigma={v['step_time_sigma']:.4f}, ranking_sigma={v['ranking_sigma']:.4f}, "
+                     f"memory_bias={v['memory_bias']:.4f}, memory_sigma={v['memory_sigma']:.4f}, "
+                     f"basis=\"{v['rows']} {WHAT[w]} ({v['groups']} source groups; {where}), each predicted out of its source group\"),")
     lines.append("}")
-    v = tab[None]
-    lines.append(f"POOLED = PredictionError(step_time_bias={v['step_time_bias']:.4f}, step_time_sigma={v['step_time_sigma']:.4f}, "
-                 f"ranking_sigma={v['ranking_sigma']:.4f}, memory_bias={v['memory_bias']:.4f}, memory_sigma={v['memory_sigma']:.4f}, "
-                 f"basis=\"{v['rows']} published runs of {v['groups']} source groups, leave-one-source-group-out\")")
-    new = re.sub(r"PUBLISHED: dict\[tuple\[int, str\], PredictionError\] = \{.*?\n\}\nPOOLED = PredictionError\(.*?\)\n",
-                 "\n".join(lines) + "\n", text, flags=re.S)
+    lines.append('POOLED = PUBLISHED[("dense", None, None)]')
+    new = re.sub(r"PUBLISHED: dict\[.*?\n\}\nPOOLED = [^\n]*\n", lambda _: "\n".join(lines) + "\n", text, flags=re.S)
+    assert new != text or "PUBLISHED" in text
     path.write_text(new)
 
 
@@ -155,19 +182,20 @@ def main(argv=None) -> int:
     ap.add_argument("--write", action="store_true", help="write the table into planner/uncertainty.py")
     ap.add_argument("--one-run", action="store_true", help="also: calibrate on one run of a sweep, predict the rest")
     a = ap.parse_args(argv)
-    runs = load_runs()
-    step, mem = step_residuals(runs), memory_residuals(runs)
-    tab = table(step, mem)
-    print(f"{'key':18s} {'rows':>5s} {'groups':>6s} {'bias':>7s} {'sigma':>7s} {'ranking':>8s} {'mem bias':>9s} {'mem sigma':>9s}")
+    residuals = workload_residuals()
+    tab = tables(residuals)
+    print(f"{'key':34s} {'rows':>5s} {'groups':>6s} {'bias':>7s} {'sigma':>7s} {'ranking':>8s} {'mem bias':>9s} {'mem sigma':>9s}")
     for k, v in tab.items():
-        print(f"{str(k or 'pooled'):18s} {v['rows']:5d} {v['groups']:6d} {v['step_time_bias']:+7.3f} {v['step_time_sigma']:7.3f} "
+        print(f"{str(k):34s} {v['rows']:5d} {v['groups']:6d} {v['step_time_bias']:+7.3f} {v['step_time_sigma']:7.3f} "
               f"{v['ranking_sigma']:8.3f} {v['memory_bias']:+9.3f} {v['memory_sigma']:9.3f}")
-    print(f"memory rows: {len(mem)}")
-    print(f"coverage, intervals from the other half of the rows: "
-          f"80 %: {coverage_rows(step, Z80):.1%}, 95 %: {coverage_rows(step, 1.959963984540054):.1%}")
-    (r80, g80), (r95, g95) = coverage(step, Z80), coverage(step, 1.959963984540054)
-    print(f"coverage, intervals built without the row's source group (rows / groups weighted alike): "
-          f"80 %: {r80:.1%} / {g80:.1%}, 95 %: {r95:.1%} / {g95:.1%}")
+    print("memory rows: " + ", ".join(f"{w} {len(mem)}" for w, (_, mem) in residuals.items()))
+    for w, (step, _) in residuals.items():
+        (r80, g80), (r95, g95) = coverage(step, Z80), coverage(step, 1.959963984540054)
+        print(f"{w}: coverage, intervals from the other half of the rows: "
+              f"80 %: {coverage_rows(step, Z80):.1%}, 95 %: {coverage_rows(step, 1.959963984540054):.1%}; "
+              f"built without the row's source group (rows / groups weighted alike): "
+              f"80 %: {r80:.1%} / {g80:.1%}, 95 %: {r95:.1%} / {g95:.1%}")
+    runs = load_runs()
     if a.one_run:
         errs = one_run_calibration(runs)
         print(f"\n{'calibrated on one run of its group':40s} {'predictions':>11s} {'median |err|':>12s} {'p80':>6s}")

@@ -364,8 +364,8 @@ def _error_after(cluster: ClusterSpec, training: TrainingSpec, runs: Sequence[Ru
     mem = [math.log(r.measured_peak / r.after_peak) for r in runs if r.measured_peak]
     if mem:
         msigma = max(CALIBRATED_SIGMA_FLOOR.memory_sigma, math.sqrt(sum(x * x for x in mem) / len(mem)))
-    else:  # no memory measured: the published spread stands
-        msigma = prediction_error(cluster, training).memory_sigma
+    else:  # no memory measured: the published spread stands (the dense runs': no MoE or FP8 run publishes a peak)
+        msigma = prediction_error(cluster, training, None).memory_sigma
     # two layouts on the calibrated cluster still differ by the model's error across layouts
     return PredictionError(step_time_sigma=min(2.0, sigma), ranking_sigma=min(2.0, sigma),
                            memory_sigma=min(2.0, msigma), basis=basis)

@@ -156,7 +156,7 @@ class Plan:
     @property
     def error_model(self):
         """The PredictionError these predictions carry (calibrated cluster, else published runs)."""
-        return prediction_error(self.cluster, self.training)
+        return prediction_error(self.cluster, self.training, self.model)
 
     def step_time_interval(self, level: float = 0.8) -> Interval:
         """Where the measured step time falls with probability `level` (seconds)."""

@@ -389,7 +389,7 @@ def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:
     """plan() under the memory budget whose OOM risk is `risk`, re-priced on the real GPU memory."""
     if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
         raise PlannerError(f"max_oom_risk: expected a probability in (0, 1), e.g. 0.05, got {risk!r}")
-    budget = min(cluster.gpu.memory, peak_for_risk(cluster.gpu.memory, prediction_error(cluster, training), risk))
+    budget = min(cluster.gpu.memory, peak_for_risk(cluster.gpu.memory, prediction_error(cluster, training, model), risk))
     derated = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": budget})})
     r = plan(model, derated, training, **kw)
 

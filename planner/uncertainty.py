@@ -3,9 +3,10 @@
 A prediction is off by a factor exp(r) where r = ln(measured / predicted). Out of sample, r is
 centred on `bias` with spread `sigma` (a normal in log space; PredictionError). The numbers come
 from, in order: the cluster's own `prediction_error` (written by planner calibrate from the
-user's logs), else the leave-one-source-group-out residuals of the published runs of the same
-GPU generation and kernel family (PUBLISHED, written by benchmarks/intervals.py), else all
-published runs pooled.
+user's logs), else the out-of-sample residuals of the published runs of the same workload (dense
+BF16/FP16, dense low precision, MoE: workload()), GPU generation and kernel family, else of the
+same workload pooled (PUBLISHED, written by benchmarks/intervals.py), else the dense runs pooled.
+An MoE or FP8 job therefore carries the error measured on MoE or FP8 runs, not the dense one.
 """
 
 from __future__ import annotations
@@ -14,25 +15,51 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from planner.specs import ClusterSpec, PredictionError, TrainingSpec
+from typing import Literal
 
-__all__ = ["Interval", "prediction_error", "interval", "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED"]
+from planner.specs import ClusterSpec, ModelSpec, PredictionError, TrainingSpec
+
+__all__ = ["Interval", "Workload", "workload", "prediction_error", "interval", "oom_risk", "peak_for_risk", "LEVELS",
+           "PUBLISHED", "POOLED"]
 
 LEVELS = (0.8, 0.95)
 """The interval levels reported."""
 
 _N = NormalDist()
 
-# Written by `python benchmarks/intervals.py --write` from the leave-one-source-group-out residuals of
-# benchmarks/data/published_runs.yaml (step time: every row; memory: the rows that publish a peak, per kernel family:
-# only eager-kernel (torchtitan) peaks are published, so the pooled entry keeps memory bias 0).
-# Keyed by (GPU arch, kernels): 8 = A100, 9 = H100/H200; 'fused' = Megatron/NeMo, 'unfused' = eager
-# PyTorch trainers (torchtitan, MPT/LLM Foundry, DeepSpeed).
-PUBLISHED: dict[tuple[int, str], PredictionError] = {
-    (8, 'unfused'): PredictionError(step_time_bias=0.0013, step_time_sigma=0.0851, ranking_sigma=0.0774, memory_bias=0.0883, memory_sigma=0.0500, basis="89 published runs (3 source groups), arch 8, unfused kernels, leave-one-source-group-out"),
-    (9, 'unfused'): PredictionError(step_time_bias=-0.0315, step_time_sigma=0.2265, ranking_sigma=0.2077, memory_bias=0.0883, memory_sigma=0.0500, basis="66 published runs (3 source groups), arch 9, unfused kernels, leave-one-source-group-out"),
+Workload = Literal["dense", "low-precision", "moe"]
+
+
+def workload(model: ModelSpec | None, training: TrainingSpec) -> Workload:
+    """Which published runs speak for a job: an MoE model's (any precision), a dense FP8/MXFP8
+    job's, or the dense BF16/FP16 ones (also where no model is given)."""
+    if model is not None and model.moe is not None:
+        return "moe"
+    return "low-precision" if training.fp8 is not None else "dense"
+
+
+# Written by `python benchmarks/intervals.py --write` from the out-of-sample residuals of benchmarks/data/
+# published_runs.yaml (dense BF16/FP16 rows: leave-one-source-group-out refits; its FP8 rows) and
+# moe_runs.yaml, predicted with the BF16 rows' parameters refitted without the row's group. Memory: the
+# rows that publish a peak, per kernel family: only eager-kernel (torchtitan) peaks are published, so
+# fused-kernel entries keep memory bias 0. Keyed by (workload, GPU arch, kernels): 8 = A100, 9 = H100/H200,
+# 10 = Blackwell; 'fused' = Megatron/NeMo, 'unfused' = eager PyTorch trainers (torchtitan, MPT/LLM Foundry,
+# DeepSpeed); arch None: every GPU (the step-time terms of every row of the workload, the memory terms of
+# that kernel family's peaks); arch and kernels None: every row of the workload.
+PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {
+    ('dense', 8, 'unfused'): PredictionError(step_time_bias=0.0012, step_time_sigma=0.0850, ranking_sigma=0.0774, memory_bias=0.0883, memory_sigma=0.0500, basis="89 published runs (3 source groups; arch 8, unfused kernels), each predicted out of its source group"),
+    ('dense', 9, 'unfused'): PredictionError(step_time_bias=-0.0315, step_time_sigma=0.2265, ranking_sigma=0.2077, memory_bias=0.0883, memory_sigma=0.0500, basis="66 published runs (3 source groups; arch 9, unfused kernels), each predicted out of its source group"),
+    ('dense', None, 'fused'): PredictionError(step_time_bias=0.0012, step_time_sigma=0.1184, ranking_sigma=0.1064, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs, memory from fused-kernel peaks), each predicted out of its source group"),
+    ('dense', None, 'unfused'): PredictionError(step_time_bias=0.0012, step_time_sigma=0.1184, ranking_sigma=0.1064, memory_bias=0.0883, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs, memory from unfused-kernel peaks), each predicted out of its source group"),
+    ('dense', None, None): PredictionError(step_time_bias=0.0012, step_time_sigma=0.1184, ranking_sigma=0.1064, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs and kernels), each predicted out of its source group"),
+    ('low-precision', None, 'fused'): PredictionError(step_time_bias=0.0191, step_time_sigma=0.2079, ranking_sigma=0.0583, memory_bias=0.0000, memory_sigma=0.0500, basis="20 published FP8 runs (4 source groups; all GPUs, memory from fused-kernel peaks), each predicted out of its source group"),
+    ('low-precision', None, 'unfused'): PredictionError(step_time_bias=0.0191, step_time_sigma=0.2079, ranking_sigma=0.0583, memory_bias=0.1424, memory_sigma=0.0858, basis="20 published FP8 runs (4 source groups; all GPUs, memory from unfused-kernel peaks), each predicted out of its source group"),
+    ('low-precision', None, None): PredictionError(step_time_bias=0.0191, step_time_sigma=0.2079, ranking_sigma=0.0583, memory_bias=0.0000, memory_sigma=0.0500, basis="20 published FP8 runs (4 source groups; all GPUs and kernels), each predicted out of its source group"),
+    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.0257, step_time_sigma=0.3206, ranking_sigma=0.3165, memory_bias=0.0000, memory_sigma=0.0500, basis="64 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
+    ('moe', None, 'fused'): PredictionError(step_time_bias=0.0844, step_time_sigma=0.3167, ranking_sigma=0.3165, memory_bias=0.0000, memory_sigma=0.0500, basis="74 published MoE runs (3 source groups; all GPUs, memory from fused-kernel peaks), each predicted out of its source group"),
+    ('moe', None, None): PredictionError(step_time_bias=0.0844, step_time_sigma=0.3167, ranking_sigma=0.3165, memory_bias=0.0000, memory_sigma=0.0500, basis="74 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
 }
-POOLED = PredictionError(step_time_bias=0.0013, step_time_sigma=0.1184, ranking_sigma=0.1064, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs of 5 source groups, leave-one-source-group-out")
+POOLED = PUBLISHED[("dense", None, None)]
 
 
 @dataclass(frozen=True)
@@ -47,11 +74,16 @@ class Interval:
         return self.lo <= value <= self.hi
 
 
-def prediction_error(cluster: ClusterSpec, training: TrainingSpec) -> PredictionError:
-    """The error model for predictions on `cluster` with `training`'s kernels (see the module doc)."""
+def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelSpec | None) -> PredictionError:
+    """The error model for predictions of `model` on `cluster` with `training`'s kernels (see the
+    module doc; model None: a dense job's)."""
     if cluster.prediction_error is not None:
         return cluster.prediction_error
-    return PUBLISHED.get((cluster.gpu.arch, training.kernels), POOLED)
+    w = workload(model, training)
+    for key in ((w, cluster.gpu.arch, training.kernels), (w, None, training.kernels), (w, None, None)):
+        if key in PUBLISHED:
+            return PUBLISHED[key]
+    return POOLED
 
 
 def interval(predicted: float, bias: float, sigma: float, level: float) -> Interval:
