@@ -63,6 +63,8 @@ MUTANTS = [
      "TE's reserved SMs free"),
     ("planner/comm.py", 'factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n',
      "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
+    ("planner/deepspeed_engine.py", "if cost[i][j] >= spread:", "if cost[i][j] > spread:",
+     "DeepSpeed's split keeps the first cut among equal costs"),
     ("planner/uncertainty.py", '        return "moe"\n', '        return "dense"\n', "MoE jobs carry the dense runs' error"),
     ("planner/comm.py", "intra = max(0, twice * (group.size - 1) - inter)", "intra = 0",
      "a multi-node ring's intra-node steps free"),

@@ -598,6 +598,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world-size", type=_positive_int, default=None, help="GPUs (megatron_args.json carries it)")
     p.add_argument("--tp", type=_positive_int, default=1)
     p.add_argument("--pp", type=_positive_int, default=1)
+    p.add_argument("--num-layers", type=_positive_int, default=None,
+                   help="deepspeed: also print the decoder layers per stage its pipeline partitioner places")
     p.add_argument("--gpu-arch", type=int, choices=range(7, 13), default=9, metavar="7..12",
                    help="compute capability major of the target GPU (default 9)")
     p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
@@ -637,7 +639,7 @@ def _cmd_check(a, out: Console) -> int:
         cfg = _json_file(a.config[0])
         if not isinstance(cfg, dict):
             raise PlannerError(f"{a.config[0]}: expected a JSON object (a ds_config)")
-        result = check.check_deepspeed(cfg, a.world_size, tp=a.tp, pp=a.pp)
+        result = check.check_deepspeed(cfg, a.world_size, tp=a.tp, pp=a.pp, num_layers=a.num_layers)
     else:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")

@@ -155,8 +155,9 @@ class Rows:
         L = self.num_layers
         p = len(pr.time)
         caps = [_most_layers(pr.act[r], sr.mem[r], cap_mib, L - p + 1) for r in range(p)]
-        if not self.space.free_split:  # even splits only (build_space checked the first rank's minimum)
-            return (L // p,) * p if min(caps) >= max(L // p, pr.min_layers) else None
+        if not self.space.free_split:  # the fixed split only (build_space checked the first rank's minimum)
+            fixed = self.space.fixed_split(p)
+            return fixed if all(c >= max(n, pr.min_layers) for c, n in zip(caps, fixed)) else None
         mins = [pr.first_min] + [pr.min_layers] * (p - 1)
         if any(c < lo for c, lo in zip(caps, mins)) or sum(caps) < L or sum(mins) > L:
             return None
@@ -387,14 +388,14 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     hi = L - p + 1
     if rows.space.free_split:
         n = [m.new_int_var(1, hi, f"n{p}_{r}") for r in range(p)]
-    else:  # the target balances stages itself: even splits only (the space keeps p | L)
-        n = [m.new_int_var(L // p, L // p, f"n{p}_{r}") for r in range(p)]
+    else:  # the target places the layers itself: its split only (Space.fixed_split)
+        n = [m.new_int_var(k, k, f"n{p}_{r}") for r, k in enumerate(rows.space.fixed_split(p))]
     m.add(sum(n) == L)
     # Middle ranks differ only in in-flight micro-batches, which do not rise with the rank, so the
     # later the rank, the fewer bytes per layer. Swapping two middle ranks' counts so the later
     # one holds more keeps every time term (they are the same function of n) and keeps memory
     # within capacity: the larger count moves to the rank with the smaller per-layer bytes.
-    for r in range(1, p - 2):
+    for r in range(1, p - 2) if rows.space.free_split else ():
         if rows.space.first_last_only:
             m.add(n[r] == n[r + 1])
         else:

@@ -23,11 +23,19 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
               stays under max_live_parameters).
     [BF16]    bf16_optimizer.py: BF16_Optimizer (an FP32 gradient buffer of the whole model and the
               FP32 master partition: the ledger's ZeRO-1 bytes; no reduce bucket).
+    [Pipe]    pipe/module.py: PipelineModule._partition_layers ('type:<regex>': weight 1 for every
+              layer spec whose class matches, 0 for the rest, then utils.py: partition_balanced, a
+              linear-partition dynamic programme minimising the largest minus the smallest part,
+              the last cut of equal cost kept). Megatron-DeepSpeed's GPTModelPipe builds its stages
+              with partition_method='type:transformer' over [fp16 cast, embedding, the decoder
+              layers, final norm, LM head, fp32 cast] [deepspeedai/Megatron-DeepSpeed@4efb479
+              megatron/model/gpt_model.py: GPTModelPipe.__init__].
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import lru_cache
 
 from planner.errors import SpecError
 from planner.specs import Layout, TrainingSpec
@@ -47,6 +55,9 @@ __all__ = [
     "MAX_LIVE_PARAMETERS",
     "ALLGATHER_BUCKET_ELEMENTS",
     "GRAD_WIRE_BYTES",
+    "pipeline_split",
+    "PIPE_SPECS_BEFORE",
+    "PIPE_SPECS_AFTER",
 ]
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -160,3 +171,46 @@ def zero3_gathered_params(layer_params: float, layers: int) -> float:
     gathered ahead; at most the stage's layers, and prefetching stops at max_live_parameters [Zero3P]."""
     kept = min(layers, int(MAX_REUSE_DISTANCE // (2 * layer_params)) + 1) * layer_params
     return min(layers * layer_params, max(kept, min(kept + PREFETCH_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS)))
+
+
+PIPE_SPECS_BEFORE = 2
+"""Layer specs of GPTModelPipe before the decoder layers (the fp16 cast, the embedding) [Pipe]."""
+PIPE_SPECS_AFTER = 3
+"""Layer specs after them (final norm, LM head, fp32 cast) [Pipe]."""
+
+
+@lru_cache(maxsize=256)
+def pipeline_split(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Decoder layers on each pipeline stage as DeepSpeed's pipeline engine places Megatron-DeepSpeed's
+    GPT model (partition_method='type:transformer', [Pipe]): the binary weights of its layer specs cut
+    into pp parts whose largest and smallest weight differ least (the last cut among equal costs).
+    Balanced counts that differ by at most one; which stages take the extra layer is the programme's
+    choice (30 layers on 4 stages: 8, 8, 7, 7; 61 on 16: thirteen 4s, then three 3s)."""
+    weights = [0] * PIPE_SPECS_BEFORE + [1] * num_layers + [0] * PIPE_SPECS_AFTER
+    n, inf = len(weights), float("inf")
+    if pp <= 1:
+        return (num_layers,)
+    if n <= pp:
+        raise SpecError(f"pp({pp}): DeepSpeed cannot cut {n} layer specs into {pp} stages")
+    prefix = [0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+    # cost[i][j], hi[i][j], lo[i][j]: the first i specs in j parts (spread, largest, smallest part)
+    cost = [[inf] * (pp + 1) for _ in range(n + 1)]
+    hi = [[inf] * (pp + 1) for _ in range(n + 1)]
+    lo = [[inf] * (pp + 1) for _ in range(n + 1)]
+    cut = [[0] * (pp + 1) for _ in range(n + 1)]
+    cost[0][0] = hi[0][0] = 0
+    for i in range(1, n + 1):
+        for j in range(1, min(i, pp) + 1):
+            for k in range(i):
+                part = prefix[i] - prefix[k]
+                big, small = max(hi[k][j - 1], part), min(lo[k][j - 1], part)
+                spread = big - small  # inf where the first k specs cannot make j - 1 parts
+                if cost[i][j] >= spread:
+                    cost[i][j], hi[i][j], lo[i][j], cut[i][j] = spread, big, small, k
+    bounds = [n]
+    for j in range(pp, 0, -1):
+        bounds.append(cut[bounds[-1]][j])
+    bounds.reverse()
+    return tuple(prefix[b] - prefix[a] for a, b in zip(bounds, bounds[1:]))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from planner.cost import (TIME_UNIT_S, PipelineTime, UpdateTime, mla_up_proj_flops, mlp_gemm_flops,
                           model_flops_per_token, op_recompute_gemm_flops, pipeline_time, update_time)
 from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
-from planner.space import check_layout
+from planner.space import check_layout, framework_layout
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
 from planner.uncertainty import Interval, interval, oom_risk, prediction_error
@@ -219,11 +219,15 @@ def evaluate(
     Returns:
         A Plan (memory ledger, step-time terms, throughput, MFU, warnings).
 
+    On DeepSpeed's engine a pipeline degree that does not divide the layers is priced with the split
+    DeepSpeed computes (space.framework_layout; the Plan's layout carries it, a warning says so).
+
     Raises:
         InvalidLayout: the layout breaks a product or divisibility rule (with the arithmetic).
     """
+    layout, filled = framework_layout(training, layout, model.num_layers)
     check_layout(model, cluster, training, layout, allow_idle=allow_idle)
-    warnings = []
+    warnings = [filled] if filled else []
     tp_group = group_placement(cluster, layout, "tp")
     if tp_group.tier == "scaleout":
         warnings.append(f"tp({layout.tp}) leaves its NVLink domain ({cluster.nvlink_domain_size} GPUs): "

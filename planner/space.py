@@ -7,6 +7,7 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 from __future__ import annotations
 
 from planner.deepspeed_engine import overlaps_reduction as deepspeed_overlaps_reduction
+from planner.deepspeed_engine import pipeline_split as deepspeed_pipeline_split
 from planner.deepspeed_engine import uses_deepspeed, zero0_runs
 from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
@@ -104,7 +105,9 @@ def layout_problems(
             bad.append("tp_comm_overlap with multi-latent attention is not priced")
         if training.attention != "flash":
             bad.append("multi-latent attention is priced with attention='flash' only")
-    if pipeline_split and lay.pipeline_layers is not None:
+    if pipeline_split and uses_deepspeed(training) and pp > 1:
+        bad += _deepspeed_split_problems(L, pp, lay)
+    elif pipeline_split and lay.pipeline_layers is not None:
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
@@ -178,6 +181,35 @@ def _dense_first_problems(model: ModelSpec, lay: Layout) -> list[str]:
         return [f"the first virtual stage holds {first} layers, fewer than the {k} leading dense layers "
                 f"(first_dense_layers); give pipeline_layers to place them over several stages"]
     return []
+
+
+def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
+    """DeepSpeed's pipeline engine places the layers itself (deepspeed_engine.pipeline_split): a
+    layout runs on it only with that split, given or left to evaluate (framework_layout)."""
+    ds = deepspeed_pipeline_split(L, pp)
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        return [f"DeepSpeed's pipeline engine places the layers itself ({', '.join(map(str, ds))}: PipelineModule "
+                "partition_method='type:transformer'); first_stage_layers / last_stage_layers are not what it runs"]
+    split = lay.pipeline_layers if lay.pipeline_layers is not None else (L // pp,) * pp if L % pp == 0 else None
+    if split != ds:
+        given = "no split (pass it, or let evaluate fill it)" if split is None else f"pipeline_layers {list(split)}"
+        return [f"DeepSpeed's pipeline engine places {L} layers on pp({pp}) as {list(ds)} (PipelineModule "
+                f"partition_method='type:transformer'); {given} is not what it runs"]
+    return []
+
+
+def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) -> tuple[Layout, str | None]:
+    """The layout as the training's engine runs it, and a note where that fills something in: on
+    DeepSpeed's engine a pipeline whose degree does not divide the layers takes the split
+    DeepSpeed computes (deepspeed_engine.pipeline_split)."""
+    pp = layout.pp
+    if not (uses_deepspeed(training) and pp > 1 and num_layers % pp and layout.pipeline_layers is None
+            and layout.first_stage_layers is None and layout.last_stage_layers is None):
+        return layout, None
+    split = deepspeed_pipeline_split(num_layers, pp)
+    note = (f"layers split as DeepSpeed's pipeline engine places them: {', '.join(map(str, split))} "
+            "(PipelineModule partition_method='type:transformer', Megatron-DeepSpeed's GPTModelPipe)")
+    return layout.model_copy(update={"pipeline_layers": split}), note
 
 
 def _explicit_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
@@ -326,7 +358,7 @@ class Space:
     """pp -> ZeRO stages the target framework allows."""
     num_layers: int = 1
     free_split: bool = True
-    """Any per-rank layer counts (else even splits only, and pp must divide the layers)."""
+    """Any per-rank layer counts (else fixed_split's: even, pp dividing the layers, or DeepSpeed's)."""
     first_last_only: bool = False
     """With free_split: only the first and last rank may differ, the middle ranks hold equal counts
     (what Megatron's --decoder-first/last-pipeline-num-layers express)."""
@@ -359,6 +391,13 @@ class Space:
         under ep_overlap (Megatron refuses the pair)."""
         options = self.recomputes[(shape.pp, shape.vpp)]
         return tuple(o for o in options if o[0] != "full") if shape.ep_overlap else options
+
+    def fixed_split(self, pp: int) -> tuple[int, ...]:
+        """Without free_split, the one split a configuration with pp ranks runs: DeepSpeed's where
+        the training runs its engine (it places the layers itself), else the even one."""
+        if self.training is not None and uses_deepspeed(self.training):
+            return deepspeed_pipeline_split(self.num_layers, pp)
+        return (self.num_layers // pp,) * pp
 
     def splits(self, pp: int) -> int:
         """Number of layer splits a configuration with pp ranks ranges over."""
@@ -672,7 +711,9 @@ def build_space(
     tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
     max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" else 1
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
-    free = constraints.get("uneven_stages", True) is not False
+    # DeepSpeed's engine places the layers itself: its split only (deepspeed_engine.pipeline_split)
+    engine_split = uses_deepspeed(training)
+    free = constraints.get("uneven_stages", True) is not False and not engine_split
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
     if not moe and (any(_constrained(k, constraints) for k in ("ep", "etp"))
@@ -737,7 +778,8 @@ def build_space(
                                                  ep_overlap=ov)
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                             pipeline_split=False, zero_rules=False)
-                                    if not probs and (free or not _pipeline_problems(L, pp, v, None, None)
+                                    if not probs and (free or (engine_split and v == 1)
+                                                      or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"

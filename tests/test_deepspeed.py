@@ -171,3 +171,18 @@ def test_emitters_refuse_another_engine():
     fsdp = evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=16, zero_stage=3))
     with pytest.raises(PlannerError, match="not the fsdp2 one this config runs"):
         fsdp.to_torchtitan()
+
+
+def test_pipeline_split_is_deepspeeds_own():
+    """deepspeed_engine.pipeline_split (the planner's own linear-partition programme) against
+    DeepSpeed 0.19.8's partition_balanced on Megatron-DeepSpeed's GPTModelPipe layer specs (weight 1
+    per decoder layer): the same counts per stage at every depth up to 40 on up to 8 stages, and
+    at 61, 95 and 126 layers (DeepSeek-V3's and Llama-3.1-405B's depths)."""
+    pytest.importorskip("deepspeed")
+    from planner.check._deepspeed import _stage_layers
+    from planner.deepspeed_engine import pipeline_split
+
+    cases = [(L, pp) for L in range(2, 41) for pp in range(2, min(L, 8) + 1)] + [(61, 16), (95, 12), (126, 16)]
+    for L, pp in cases:
+        assert list(pipeline_split(L, pp)) == _stage_layers(L, pp), (L, pp)
+    assert pipeline_split(30, 4) == (8, 8, 7, 7) and pipeline_split(61, 16) == (4,) * 13 + (3,) * 3

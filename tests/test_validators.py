@@ -151,8 +151,10 @@ def test_deepspeed_accepts_every_topk_plan():
     wrappers = set()
     for name, p in plans:
         files = p.to_deepspeed()
-        r = check_deepspeed(files.config, p.num_gpus, tp=p.layout.tp, pp=p.layout.pp)
+        r = check_deepspeed(files.config, p.num_gpus, tp=p.layout.tp, pp=p.layout.pp, num_layers=p.model.num_layers)
         assert r.ok, (name, p.layout.short(), r.line())
+        if p.layout.pp > 1:  # the split priced is the one DeepSpeed's own partitioner makes
+            assert r.details["stage_layers"] == stage_layers(p.model, p.layout), (name, p.layout.short())
         assert r.details["gradient_accumulation_steps"] == p.time.pipeline.num_microbatches
         # the wrapper DeepSpeed's engine builds for the config is the one the plan is priced with
         assert r.details["optimizer_wrapper"] == DEEPSPEED_WRAPPER_NAMES[wrapper(p.training, p.layout)], (name, p.layout.short())
@@ -413,3 +415,40 @@ def test_megatron_accepts_recompute_modules_and_mxfp8_gathered_through_the_gradi
     assert r.ok, r.line()
     assert r.details["recompute_modules"] == ["layernorm", "mla_up_proj", "moe_act"]
     assert r.details["reuse_grad_buf_for_mxfp8_param_ag"] and r.details["fp8_param"]
+
+
+def test_deepspeed_places_layers_its_partitioner_places(tmp_path):
+    """Megatron-DeepSpeed's GPT model on DeepSpeed's pipeline engine: a pipeline degree that does not
+    divide the layers is what DeepSpeed runs (PipelineModule partition_method='type:transformer'),
+    so evaluate prices DeepSpeed's own split, the search offers it, the emitter writes it and
+    DeepSpeed's partitioner, run here, makes the same one; any other split is refused."""
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+    from planner.errors import InvalidLayout
+
+    m = planner.load_model("gpt3-1.3b").model_copy(update={"num_layers": 30})
+    c = planner.load_cluster("dgx-a100-80g", nodes=1)
+    t = TrainingSpec(global_batch_size=64, seq_length=2048, optimizer_impl="deepspeed")
+    p = planner.evaluate(m, c, t, planner.Layout(pp=4, dp=2, zero_stage=1))
+    assert p.layout.pipeline_layers == (8, 8, 7, 7) and "DeepSpeed's pipeline engine" in p.warnings[0]
+    with pytest.raises(InvalidLayout, match=r"places 30 layers on pp\(4\) as \[8, 8, 7, 7\]"):
+        planner.evaluate(m, c, t, planner.Layout(pp=4, dp=2, zero_stage=1, pipeline_layers=(7, 7, 8, 8)))
+    with pytest.raises(InvalidLayout, match=r"num_layers\(30\) % pp\(4\)"):  # Megatron does not run it
+        planner.evaluate(m, c, t.model_copy(update={"optimizer_impl": None}), planner.Layout(pp=4, dp=2, zero_stage=1))
+    r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=2048), framework="deepspeed", pp=4, top_k=1,
+             structural=False)
+    assert r.status == "optimal" and r.best.layout.pipeline_layers == (8, 8, 7, 7)
+    files = r.best.to_deepspeed()
+    check = check_deepspeed(files.config, 8, tp=r.best.layout.tp, pp=4, num_layers=30)
+    assert check.ok and check.details["stage_layers"] == [8, 8, 7, 7]
+    import subprocess
+    import sys
+    cfg = tmp_path / "ds_config.json"
+    files.write(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "planner", "check", "deepspeed", str(cfg), "--world-size", "8",
+                          "--tp", str(r.best.layout.tp), "--pp", "4", "--num-layers", "30"],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "stage_layers=[8, 8, 7, 7]" in out.stdout, out.stderr
+    from planner.oracle import enumerate_plans
+    best = enumerate_plans(m, c, r.best.training, framework="deepspeed", constraints={"pp": 4})[0]
+    assert best.time.objective_us == r.best.time.objective_us and best.layout == r.best.layout

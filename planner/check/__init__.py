@@ -104,8 +104,11 @@ def check_megatron(payloads: list[dict], *, timeout_s: float = 600.0) -> list[Ch
     return [CheckResult(**json.loads(ln)) for ln in lines]
 
 
-def check_deepspeed(config: dict | str, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) -> CheckResult:
-    """Validate a ds_config with DeepSpeed's own DeepSpeedConfig, at the real world size.
+def check_deepspeed(config: dict | str, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1,
+                    num_layers: int | None = None) -> CheckResult:
+    """Validate a ds_config with DeepSpeed's own DeepSpeedConfig, at the real world size; with
+    num_layers (and pp > 1), details['stage_layers'] is the split DeepSpeed's own partitioner makes
+    of Megatron-DeepSpeed's GPT model, to compare with the plan's.
 
     DeepSpeedConfig silently falls back to world size 1 and ignores the mpu when no process group
     exists (launch-configs.md §3.4), so its `dist` module is given a stand-in (rank 0 of
@@ -114,7 +117,7 @@ def check_deepspeed(config: dict | str, world_size: int, *, tp: int = 1, pp: int
     """
     from planner.check._deepspeed import validate
 
-    return validate(config, world_size, tp=tp, pp=pp, sp=sp)
+    return validate(config, world_size, tp=tp, pp=pp, sp=sp, num_layers=num_layers)
 
 
 def check_torchtitan(overrides: list[str], world_size: int, *, module: str = "llama3", config: str = "llama3_8b",

@@ -75,8 +75,23 @@ def _optimizer_wrapper(cfg, pp: int) -> str:
     return str(DeepSpeedEngine._do_optimizer_sanity_check(engine, adam))
 
 
-def validate(config, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) -> CheckResult:
-    """DeepSpeedConfig(config, mpu) at world_size, then the pipeline engine's ZeRO rule."""
+def _stage_layers(num_layers: int, pp: int) -> list[int]:
+    """Decoder layers per stage as DeepSpeed's own partitioner cuts Megatron-DeepSpeed's GPTModelPipe
+    (PipelineModule._partition_layers with 'type:transformer': weight 1 per decoder layer spec, 0 for
+    the casts, embedding, final norm and head around them; runtime/utils.py partition_balanced)."""
+    from deepspeed.runtime.utils import partition_balanced
+
+    from planner.deepspeed_engine import PIPE_SPECS_AFTER, PIPE_SPECS_BEFORE
+
+    weights = [0] * PIPE_SPECS_BEFORE + [1] * num_layers + [0] * PIPE_SPECS_AFTER
+    parts = partition_balanced(weights=weights, num_parts=pp)
+    return [sum(weights[a:b]) for a, b in zip(parts, parts[1:])]
+
+
+def validate(config, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1,
+             num_layers: int | None = None) -> CheckResult:
+    """DeepSpeedConfig(config, mpu) at world_size, then the pipeline engine's ZeRO rule; with
+    num_layers and pp > 1, the decoder layers per stage its partitioner places (details)."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     try:
         from deepspeed.runtime.config import DeepSpeedConfig
@@ -103,4 +118,6 @@ def validate(config, world_size: int, *, tp: int = 1, pp: int = 1, sp: int = 1) 
                "train_batch_size": cfg.train_batch_size, "train_micro_batch_size_per_gpu": cfg.train_micro_batch_size_per_gpu,
                "gradient_accumulation_steps": cfg.gradient_accumulation_steps, "zero_stage": stage,
                "optimizer_wrapper": wrapper}
+    if num_layers is not None and pp > 1:
+        details["stage_layers"] = _stage_layers(num_layers, pp)
     return CheckResult(True, "done", "", details)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from planner.deepspeed_engine import (ALLGATHER_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS, MAX_REUSE_DISTANCE,
-                                      PREFETCH_BUCKET_ELEMENTS, REDUCE_BUCKET_ELEMENTS, overlap_comm)
+                                      PREFETCH_BUCKET_ELEMENTS, REDUCE_BUCKET_ELEMENTS, overlap_comm, pipeline_split)
 from planner.emit import LaunchFiles, dump_json, refuse_megatron_only, refuse_other_engine, script_word
 from planner.errors import PlannerError
 from planner.plans import Plan
@@ -35,8 +35,11 @@ def _check(plan: Plan) -> None:
         raise PlannerError(f"DeepSpeed: vpp({lay.vpp}) > 1 (interleaved pipeline) is not supported by its pipeline engine")
     if lay.pp > 1 and lay.zero_stage > 1:
         raise PlannerError(f"DeepSpeed: ZeRO-{lay.zero_stage} cannot run with pipeline parallelism (pp({lay.pp}) > 1)")
-    if lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.pipeline_layers is not None:
-        raise PlannerError("DeepSpeed: uneven first/last stages are not emitted (its partitioner balances by parameters)")
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None or (
+            lay.pipeline_layers is not None and lay.pipeline_layers != pipeline_split(plan.model.num_layers, lay.pp)):
+        raise PlannerError(f"DeepSpeed: its pipeline engine places the layers itself "
+                           f"({', '.join(map(str, pipeline_split(plan.model.num_layers, lay.pp)))}, "
+                           f"partition_method='type:transformer'); this plan's split is not emitted")
     if lay.recompute_num_layers is not None:
         raise PlannerError(f"DeepSpeed: recomputing {lay.recompute_num_layers} layers per stage is not emitted "
                            "(only every layer); plan with framework='deepspeed'")
