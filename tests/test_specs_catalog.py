@@ -208,3 +208,16 @@ def test_gpu_capacity_is_what_the_driver_reports(cluster, mib):
     t = planner.TrainingSpec(global_batch_size=8, seq_length=2048)
     from planner.space import build_space
     assert build_rows(m, c, t, build_space(m, c, t)).capacity_mib == mib
+
+
+def test_blackwell_ultra_attention_is_gb200s_times_the_measured_kernel_ratio():
+    """GB300 (and B300, the same GPU) run one attention kernel 1.101x as fast as GB200 at the
+    calibrated length: cuDNN 9.22's SDPA at seq 8192, head dim 128, causal, forward 1856 against
+    1574 TFLOP/s and backward 1435 against 1332 [NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training
+    results, llama3.1 on gb300 / gb200], weighted 1 : 2.5 as the cost model prices a forward and a
+    flash backward; GB200's own efficiency is FlashAttention-2's measured 15.0 %."""
+    gb200 = planner.load_cluster("gb200-nvl72").calibration.attention_efficiency
+    ratio = (1 / 1574 + 2.5 / 1332) / (1 / 1856 + 2.5 / 1435)
+    assert ratio == pytest.approx(1.101, abs=1e-3)
+    for ref in ("gb300-nvl72", "dgx-b300"):
+        assert planner.load_cluster(ref).calibration.attention_efficiency == pytest.approx(gb200 * ratio, abs=5e-4)
