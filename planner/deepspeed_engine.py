@@ -190,8 +190,8 @@ def pipeline_split(num_layers: int, pp: int) -> tuple[int, ...]:
     n, inf = len(weights), float("inf")
     if pp <= 1:
         return (num_layers,)
-    if n <= pp:
-        raise SpecError(f"pp({pp}): DeepSpeed cannot cut {n} layer specs into {pp} stages")
+    if pp > num_layers:
+        raise SpecError(f"pp({pp}) > num_layers({num_layers}): DeepSpeed would leave stages without a decoder layer")
     prefix = [0]
     for w in weights:
         prefix.append(prefix[-1] + w)

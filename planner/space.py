@@ -186,6 +186,8 @@ def _dense_first_problems(model: ModelSpec, lay: Layout) -> list[str]:
 def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
     """DeepSpeed's pipeline engine places the layers itself (deepspeed_engine.pipeline_split): a
     layout runs on it only with that split, given or left to evaluate (framework_layout)."""
+    if pp > L:
+        return [f"pp({pp}) > num_layers({L}): DeepSpeed's pipeline engine would leave stages without a decoder layer"]
     ds = deepspeed_pipeline_split(L, pp)
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
         return [f"DeepSpeed's pipeline engine places the layers itself ({', '.join(map(str, ds))}: PipelineModule "
@@ -203,7 +205,7 @@ def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) ->
     DeepSpeed's engine a pipeline whose degree does not divide the layers takes the split
     DeepSpeed computes (deepspeed_engine.pipeline_split)."""
     pp = layout.pp
-    if not (uses_deepspeed(training) and pp > 1 and num_layers % pp and layout.pipeline_layers is None
+    if not (uses_deepspeed(training) and 1 < pp <= num_layers and num_layers % pp and layout.pipeline_layers is None
             and layout.first_stage_layers is None and layout.last_stage_layers is None):
         return layout, None
     split = deepspeed_pipeline_split(num_layers, pp)
@@ -602,7 +604,8 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
 
 
 # What each launch target cannot express (launch-configs.md §3-4): DeepSpeed has no context
-# parallelism, no interleaved pipeline and balances stages itself; torchtitan has no Megatron-style
+# parallelism, no interleaved pipeline and places the layers itself (its engine's split, Space.fixed_split,
+# whatever the pipeline degree: uneven_stages False means no split of the plan's choosing); torchtitan has no Megatron-style
 # uneven first/last counts; neither has "recompute the first N layers of each stage".
 FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
     "deepspeed": {"cp": 1, "vpp": 1, "uneven_stages": False, "partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
