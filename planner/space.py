@@ -188,6 +188,8 @@ def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
     layout runs on it only with that split, given or left to evaluate (framework_layout)."""
     if pp > L:
         return [f"pp({pp}) > num_layers({L}): DeepSpeed's pipeline engine would leave stages without a decoder layer"]
+    if lay.vpp > 1:
+        return [f"vpp({lay.vpp}) > 1: DeepSpeed's pipeline engine has no interleaved schedule"]
     ds = deepspeed_pipeline_split(L, pp)
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
         return [f"DeepSpeed's pipeline engine places the layers itself ({', '.join(map(str, ds))}: PipelineModule "
@@ -767,7 +769,7 @@ def build_space(
                     for mbs in divisors(gbs // dp):
                         if not _allowed("micro_batch_size", mbs, constraints):
                             continue
-                        for v in (range(1, L // pp + 1) if pp > 1 else [1]):
+                        for v in (range(1, L // pp + 1) if pp > 1 and not engine_split else [1]):
                             if v > MAX_VPP and "vpp" not in constraints:
                                 break
                             if not _allowed("vpp", v, constraints):

@@ -433,6 +433,8 @@ def test_deepspeed_places_layers_its_partitioner_places(tmp_path):
     assert p.layout.pipeline_layers == (8, 8, 7, 7) and "DeepSpeed's pipeline engine" in p.warnings[0]
     with pytest.raises(InvalidLayout, match=r"places 30 layers on pp\(4\) as \[8, 8, 7, 7\]"):
         planner.evaluate(m, c, t, planner.Layout(pp=4, dp=2, zero_stage=1, pipeline_layers=(7, 7, 8, 8)))
+    with pytest.raises(InvalidLayout, match=r"vpp\(2\) > 1: DeepSpeed's pipeline engine has no interleaved"):
+        planner.evaluate(m, c, t, planner.Layout(pp=2, dp=4, vpp=3, zero_stage=1).model_copy(update={"vpp": 2}))
     with pytest.raises(InvalidLayout, match=r"pp\(32\) > num_layers\(30\)"):
         planner.evaluate(m, planner.load_cluster("dgx-a100-80g", nodes=4), t, planner.Layout(pp=32, dp=1, zero_stage=1))
     with pytest.raises(InvalidLayout, match=r"num_layers\(30\) % pp\(4\)"):  # Megatron does not run it
