@@ -104,8 +104,9 @@ def memory_residuals(runs) -> list[tuple[object, float]]:
 
 def table(step, mem, workload: str = "dense") -> dict:
     """Entries keyed (workload, GPU arch, kernels) where a key has residuals from MIN_GROUPS source
-    groups; (workload, None, kernels) for each kernel family of the workload: its pooled step-time
-    terms with that family's memory terms; and (workload, None, None), every row."""
+    groups; (workload, None, kernels) for a kernel family of the workload whose published peaks give
+    other memory terms: the pooled step-time terms with that family's memory terms; and (workload,
+    None, None), every row (memory: the fused stacks', none of which publishes a peak)."""
     keys = sorted(k for k in {_key(r) for r, _ in step}
                   if len({r.group for r, _ in step if _key(r) == k}) >= MIN_GROUPS)
     families = sorted({r.training.kernels for r, _ in step})
@@ -118,7 +119,8 @@ def table(step, mem, workload: str = "dense") -> dict:
         return max(0.0, b), max(0.05, sg)
 
     out = {}
-    for k in keys + [(None, f) for f in families] + [None]:
+    # a kernel family's pooled entry only where its memory terms differ from the workload's pooled ones
+    for k in keys + [(None, f) for f in families if memory(f) != memory("fused")] + [None]:
         rows = [(r, x) for r, x in step if k is None or k[0] is None or _key(r) == k]
         mem_bias, mem_sigma = memory(k[1] if k is not None else "fused")
         bias, sigma, within = hierarchy(rows)
