@@ -56,8 +56,7 @@ __all__ = [
     "ALLGATHER_BUCKET_ELEMENTS",
     "GRAD_WIRE_BYTES",
     "pipeline_split",
-    "PIPE_SPECS_BEFORE",
-    "PIPE_SPECS_AFTER",
+    "pipe_spec_weights",
 ]
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -179,6 +178,12 @@ PIPE_SPECS_AFTER = 3
 """Layer specs after them (final norm, LM head, fp32 cast) [Pipe]."""
 
 
+def pipe_spec_weights(num_layers: int) -> list[int]:
+    """The 'type:transformer' weight of each of GPTModelPipe's layer specs: 1 per decoder layer, 0 for
+    the casts, embedding, final norm and head around them [Pipe]."""
+    return [0] * PIPE_SPECS_BEFORE + [1] * num_layers + [0] * PIPE_SPECS_AFTER
+
+
 @lru_cache(maxsize=256)
 def pipeline_split(num_layers: int, pp: int) -> tuple[int, ...]:
     """Decoder layers on each pipeline stage as DeepSpeed's pipeline engine places Megatron-DeepSpeed's
@@ -186,7 +191,7 @@ def pipeline_split(num_layers: int, pp: int) -> tuple[int, ...]:
     into pp parts whose largest and smallest weight differ least (the last cut among equal costs).
     Balanced counts that differ by at most one; which stages take the extra layer is the programme's
     choice (30 layers on 4 stages: 8, 8, 7, 7; 61 on 16: thirteen 4s, then three 3s)."""
-    weights = [0] * PIPE_SPECS_BEFORE + [1] * num_layers + [0] * PIPE_SPECS_AFTER
+    weights = pipe_spec_weights(num_layers)
     n, inf = len(weights), float("inf")
     if pp <= 1:
         return (num_layers,)

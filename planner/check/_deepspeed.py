@@ -77,13 +77,13 @@ def _optimizer_wrapper(cfg, pp: int) -> str:
 
 def _stage_layers(num_layers: int, pp: int) -> list[int]:
     """Decoder layers per stage as DeepSpeed's own partitioner cuts Megatron-DeepSpeed's GPTModelPipe
-    (PipelineModule._partition_layers with 'type:transformer': weight 1 per decoder layer spec, 0 for
-    the casts, embedding, final norm and head around them; runtime/utils.py partition_balanced)."""
+    (PipelineModule._partition_layers with 'type:transformer' over deepspeed_engine.pipe_spec_weights;
+    runtime/utils.py partition_balanced)."""
     from deepspeed.runtime.utils import partition_balanced
 
-    from planner.deepspeed_engine import PIPE_SPECS_AFTER, PIPE_SPECS_BEFORE
+    from planner.deepspeed_engine import pipe_spec_weights
 
-    weights = [0] * PIPE_SPECS_BEFORE + [1] * num_layers + [0] * PIPE_SPECS_AFTER
+    weights = pipe_spec_weights(num_layers)
     parts = partition_balanced(weights=weights, num_parts=pp)
     return [sum(weights[a:b]) for a, b in zip(parts, parts[1:])]
 
