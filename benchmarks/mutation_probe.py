@@ -65,6 +65,12 @@ MUTANTS = [
      "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
     ("planner/deepspeed_engine.py", "if cost[i][j] >= spread:", "if cost[i][j] > spread:",
      "DeepSpeed's split keeps the first cut among equal costs"),
+    ("planner/torchtitan_pipeline.py", "shares = [base + (1 if s < extra else 0)",
+     "shares = [base + (1 if s >= stages - extra else 0)", "torchtitan's remainder to the last stages"),
+    ("planner/torchtitan_pipeline.py", "shares[-1] -= last_less", "shares[0] -= last_less",
+     "torchtitan's output weight taken off the first stage"),
+    ("planner/cpsat.py", "if p <= 3 or not sorted_middle:", "if p <= 3:",
+     "middle ranks read as sorted in torchtitan's splits"),
     ("planner/uncertainty.py", '        return "moe"\n', '        return "dense"\n', "MoE jobs carry the dense runs' error"),
     ("planner/comm.py", "intra = max(0, twice * (group.size - 1) - inter)", "intra = 0",
      "a multi-node ring's intra-node steps free"),
@@ -174,6 +180,8 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target)
     ("gpt-oss-120b", "dgx-b200", 8, 1280, 4096, "megatron"),
     ("llama3-8b", "dgx-h100", 2, 128, 8192, "deepspeed"),
     ("llama2-7b", "dgx-a100-40g", 4, 512, 4096, "deepspeed"),
+    ("llama3.1-405b", "dgx-h100", 64, 1024, 8192, "torchtitan"),
+    ("qwen2.5-72b", "hgx-h200", 16, 512, 8192, "torchtitan"),
 ]
 
 RECOMMEND = """
@@ -197,7 +205,8 @@ def recommendations() -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
-                                       "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py")
+                                       "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
+                                       "tests/test_torchtitan_pipeline.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -66,13 +66,14 @@ def _model(name: str) -> ModelSpec:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-splits", action="store_true", help="only the scaling table")
+    ap.add_argument("--splits-only", action="store_true", help="only the split tables")
     ap.add_argument("--only", default=None, help="only the cases whose model id contains this text")
     args = ap.parse_args(argv)
     print(f"{'case':44s} {'GPUs':>6s} {'status':>8s} {'layouts':>8s} {'configs':>8s} {'to CP-SAT':>9s} "
           f"{'first s':>7s} {'proof s':>7s} {'top-10 s':>8s}  best layout")
     proofs, top10 = [], []
     for mref, cref, nodes, gbs, seq in CASES:
-        if args.only and args.only not in mref:
+        if (args.only and args.only not in mref) or args.splits_only:
             continue
         model, cluster = planner.load_model(mref), planner.load_cluster(cref, nodes=nodes)
         tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
@@ -90,8 +91,9 @@ def main(argv=None) -> int:
         print(f"{name:44s} {cluster.world_size:6d} {r.status:>8s} {'1e%d' % (len(str(r.space_size)) - 1):>8s} "
               f"{st.configurations:8d} {st.solved:9d} {first} {proof} {t10:8.2f}  {best[:90]}")
         assert len(r10.alternatives) + 1 <= 10
-    print(f"\nproof (top-1): median {statistics.median(proofs):.2f} s, max {max(proofs):.2f} s; "
-          f"top-10: median {statistics.median(top10):.2f} s, max {max(top10):.2f} s")
+    if proofs:
+        print(f"\nproof (top-1): median {statistics.median(proofs):.2f} s, max {max(proofs):.2f} s; "
+              f"top-10: median {statistics.median(top10):.2f} s, max {max(top10):.2f} s")
     if args.skip_splits:
         return 0
     print(f"\n{'arbitrary splits':40s} {'vocab':>7s} {'even s':>9s} {'first/last s':>12s} {'any s':>9s} "
@@ -107,6 +109,18 @@ def main(argv=None) -> int:
         lay = best[True][0].layout
         print(f"{mref + ' on ' + str(cluster.world_size) + ' ' + cref:40s} {model.vocab_size:7d} {e:9.3f} {fl:12.3f} "
               f"{f:9.3f} {fl / f - 1:11.1%}  {lay.short()[:110]}")
+    print(f"\n{'torchtitan: its own splits':40s} {'even s':>9s} {'its splits s':>12s} {'gain':>7s} {'time s':>7s}  best layout")
+    for mref, cref, nodes, gbs, seq in SPLIT_CASES:
+        model, cluster = _model(mref), planner.load_cluster(cref, nodes=nodes)
+        tr = TrainingSpec(global_batch_size=gbs, seq_length=seq)
+        even = plan(model, cluster, tr, top_k=1, structural=False, framework="torchtitan", uneven_stages=False,
+                    time_limit_s=60)
+        t0 = time.perf_counter()
+        its = plan(model, cluster, tr, top_k=1, structural=False, framework="torchtitan", time_limit_s=60)
+        took = time.perf_counter() - t0
+        e, f = (r.best.step_time_s if r.best else float("inf") for r in (even, its))
+        print(f"{mref + ' on ' + str(cluster.world_size) + ' ' + cref:40s} {e:9.3f} {f:12.3f} {e / f - 1:7.1%} "
+              f"{took:7.2f}  {its.status} {its.best.layout.short()[:100] if its.best else '-'}")
     return 0
 
 

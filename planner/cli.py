@@ -393,15 +393,16 @@ def _cmd_evaluate(a, out: Console) -> int:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
     note = None
-    if lay.pipeline_layers is None and lay.first_stage_layers is None and lay.last_stage_layers is None:
+    if a.emit:  # price the target's engine: DeepSpeed's wrapper and buckets, FSDP2's bytes
+        training = framework_training(training, a.emit)
+    if (lay.pipeline_layers is None and lay.first_stage_layers is None and lay.last_stage_layers is None
+            and training.optimizer_impl not in FRAMEWORK_ENGINES.values()):  # those place the layers themselves
         ends = account_for_ends_split(model.num_layers, lay.pp * lay.vpp)
         if ends is not None:  # what Megatron runs when the layers do not divide: say which split
             lay = lay.model_copy(update={"pipeline_layers": ends})
             note = (f"{model.num_layers} layers do not divide over pp({lay.pp}) x vpp({lay.vpp}); priced with Megatron's "
                     f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
                     f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
-    if a.emit:  # price the target's engine: DeepSpeed's wrapper and buckets, FSDP2's bytes
-        training = framework_training(training, a.emit)
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
@@ -599,7 +600,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=_positive_int, default=1)
     p.add_argument("--pp", type=_positive_int, default=1)
     p.add_argument("--num-layers", type=_positive_int, default=None,
-                   help="deepspeed: also print the decoder layers per stage its pipeline partitioner places")
+                   help="deepspeed, torchtitan: also print the decoder layers per stage the framework's pipeline "
+                   "code places for a model this deep (torchtitan: default, the registry config's depth)")
     p.add_argument("--gpu-arch", type=int, choices=range(7, 13), default=9, metavar="7..12",
                    help="compute capability major of the target GPU (default 9)")
     p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
@@ -643,7 +645,7 @@ def _cmd_check(a, out: Console) -> int:
     else:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")
-        result = check.check_torchtitan(a.config, a.world_size)
+        result = check.check_torchtitan(a.config, a.world_size, num_layers=a.num_layers)
     out.print(_clean(result.line()), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_INFEASIBLE
 

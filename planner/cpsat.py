@@ -155,9 +155,9 @@ class Rows:
         L = self.num_layers
         p = len(pr.time)
         caps = [_most_layers(pr.act[r], sr.mem[r], cap_mib, L - p + 1) for r in range(p)]
-        if not self.space.free_split:  # the fixed split only (build_space checked the first rank's minimum)
-            fixed = self.space.fixed_split(p)
-            return fixed if all(c >= max(n, pr.min_layers) for c, n in zip(caps, fixed)) else None
+        if not self.space.free_split:  # the target's splits only (build_space checked the first rank's minimum)
+            return next((fixed for fixed in self.space.fixed_splits(p, pr.v)
+                         if all(c >= max(n, pr.min_layers) for c, n in zip(caps, fixed))), None)
         mins = [pr.first_min] + [pr.min_layers] * (p - 1)
         if any(c < lo for c, lo in zip(caps, mins)) or sum(caps) < L or sum(mins) > L:
             return None
@@ -386,10 +386,23 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     """Variables and constraints of one pipeline degree (shared by its rows: one row is chosen)."""
     L = rows.num_layers
     hi = L - p + 1
-    if rows.space.free_split:
+    options = {} if rows.space.free_split else {v: rows.space.fixed_splits(p, v) for v in {rows.pipe[i].v for i in pi}}
+    alts = list(dict.fromkeys(c for v in sorted(options) for c in options[v]))
+    if rows.space.free_split or not alts:
         n = [m.new_int_var(1, hi, f"n{p}_{r}") for r in range(p)]
-    else:  # the target places the layers itself: its split only (Space.fixed_split)
-        n = [m.new_int_var(k, k, f"n{p}_{r}") for r, k in enumerate(rows.space.fixed_split(p))]
+    elif len(alts) == 1:  # the target places the layers itself: its split only (Space.fixed_splits)
+        n = [m.new_int_var(k, k, f"n{p}_{r}") for r, k in enumerate(alts[0])]
+    else:  # one of the splits the target makes (torchtitan's weights), those of the chosen row's vpp
+        z = [m.new_bool_var(f"s{p}_{k}") for k in range(len(alts))]
+        m.add_exactly_one(z)
+        n = [m.new_int_var(min(c[r] for c in alts), max(c[r] for c in alts), f"n{p}_{r}") for r in range(p)]
+        for r in range(p):
+            m.add(n[r] == sum(c[r] * zk for c, zk in zip(alts, z)))
+        for i in pi:
+            made = set(options[rows.pipe[i].v])
+            for c, zk in zip(alts, z):
+                if c not in made:
+                    m.add_implication(x[i], zk.Not())
     m.add(sum(n) == L)
     # Middle ranks differ only in in-flight micro-batches, which do not rise with the rank, so the
     # later the rank, the fewer bytes per layer. Swapping two middle ranks' counts so the later
@@ -437,7 +450,7 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     eq: dict[int, list] = {}
     for j in sj:
         row, lit = rows.static[j], y[j]
-        for r in _update_ranks(row, p):
+        for r in _update_ranks(row, p, rows.space.free_split):
             if r not in eq:
                 eq[r] = [m.new_bool_var("") for _ in range(hi + 1)]
                 m.add(eq[r][0] == 0)
@@ -455,10 +468,12 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
     return n, pipe, upd, peak
 
 
-def _update_ranks(row: StaticRow, p: int) -> list[int]:
-    """Ranks whose update term can be the largest: all, unless the middle ranks' table is monotone
-    (then the middle rank with the fewest or the most layers speaks for them, n being sorted)."""
-    if p <= 3:
+def _update_ranks(row: StaticRow, p: int, sorted_middle: bool) -> list[int]:
+    """Ranks whose update term can be the largest: all, unless the middle ranks' counts are sorted
+    (a free split, whose symmetry constraint sorts them; the splits DeepSpeed and torchtitan make
+    put their extra layers first) and their table is monotone: then the middle rank with the fewest
+    or the most layers speaks for them."""
+    if p <= 3 or not sorted_middle:
         return list(range(p))
     mid = row.update[1]
     if all(a <= b for a, b in zip(mid, mid[1:])):

@@ -34,7 +34,8 @@ def enumerate_plans(
     cap_units = int(cluster.gpu.memory // MEM_UNIT_BYTES)
     ranked = []
     for si, shape in enumerate(space.shapes):
-        splits = list(compositions(model.num_layers, shape.pp)) if space.free_split else [space.fixed_split(shape.pp)]
+        splits = (list(compositions(model.num_layers, shape.pp)) if space.free_split
+                  else list(space.fixed_splits(shape.pp, shape.vpp)))
         if space.first_last_only:
             splits = [c for c in splits if len(set(c[1:-1])) <= 1]
         if space.free_split and shape.pp > 1:  # an MoE model's leading dense layers sit on the first rank

@@ -173,8 +173,7 @@ def _to_plan_layout(rows: Rows, f: _Found):
     pr = rows.pipe[f.pipe]
     sh = rows.space.shapes[pr.shape]
     rc = rows.space.rc_options(sh)[pr.rc]
-    split = f.split if rows.space.free_split else rows.space.fixed_split(sh.pp)
-    return rows.space.layouts(sh, split, rc, rows.static[f.static].zero)
+    return rows.space.layouts(sh, f.split, rc, rows.static[f.static].zero)
 
 
 def _to_plan(model, cluster, training, rows: Rows, f: _Found) -> Plan:

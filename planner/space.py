@@ -13,6 +13,8 @@ from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
 from planner.memory import stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.torchtitan_pipeline import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits
+from planner.torchtitan_pipeline import stage_split as torchtitan_stage_split
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
@@ -107,6 +109,8 @@ def layout_problems(
             bad.append("multi-latent attention is priced with attention='flash' only")
     if pipeline_split and uses_deepspeed(training) and pp > 1:
         bad += _deepspeed_split_problems(L, pp, lay)
+    elif pipeline_split and uses_torchtitan_split(training) and pp > 1:
+        bad += _torchtitan_split_problems(L, pp, v, lay)
     elif pipeline_split and lay.pipeline_layers is not None:
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
@@ -202,18 +206,60 @@ def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
     return []
 
 
+def uses_torchtitan_split(training: TrainingSpec) -> bool:
+    """The plan runs on torchtitan, which places the pipeline's layers itself (planner.torchtitan_pipeline):
+    FSDP2 as torchtitan applies it (TrainingSpec.optimizer_impl 'fsdp2', FRAMEWORK_ENGINES)."""
+    return training.optimizer_impl == "fsdp2"
+
+
+def _torchtitan_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
+    """torchtitan places the layers from two weights (torchtitan_pipeline.stage_split): a layout runs on
+    it only with a split those weights make, given or left to evaluate (framework_layout)."""
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        return ["torchtitan places the layers from its first/last stage weights; give pipeline_layers (layers per "
+                "virtual stage), not first_stage_layers / last_stage_layers"]
+    if lay.pipeline_layers is None:
+        if L % (pp * v) == 0:
+            return []
+        return [f"num_layers({L}) does not divide over pp({pp}) x vpp({v}) and torchtitan's default weights "
+                f"{DEFAULT_END_WEIGHTS} cannot be launched on {pp * v} stages; give pipeline_layers"]
+    bad = _explicit_split_problems(L, pp, v, lay)
+    if bad:
+        return bad
+    if end_weights(L, pp, v, lay.pipeline_layers) is None:
+        return [f"pipeline_layers {list(lay.pipeline_layers)} is not a split torchtitan makes on pp({pp}) x vpp({v}) "
+                f"stages: it deals num_layers + first/last stage weights (0-{MAX_END_WEIGHT}) evenly, the remainder "
+                "to the first stages (torchtitan 0.3 _generate_llm_fqn_per_model_part)"]
+    return []
+
+
 def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) -> tuple[Layout, str | None]:
-    """The layout as the training's engine runs it, and a note where that fills something in: on
-    DeepSpeed's engine a pipeline whose degree does not divide the layers takes the split
-    DeepSpeed computes (deepspeed_engine.pipeline_split)."""
-    pp = layout.pp
-    if not (uses_deepspeed(training) and 1 < pp <= num_layers and num_layers % pp and layout.pipeline_layers is None
-            and layout.first_stage_layers is None and layout.last_stage_layers is None):
+    """The layout as the training's engine runs it, and a note where that fills something in: a
+    pipeline whose stages do not divide the layers takes the split the engine computes -- DeepSpeed's
+    (deepspeed_engine.pipeline_split) or torchtitan's with its default weights
+    (torchtitan_pipeline.stage_split)."""
+    pp, v = layout.pp, layout.vpp
+    given = (layout.pipeline_layers is not None or layout.first_stage_layers is not None
+             or layout.last_stage_layers is not None)
+    if given or pp == 1:
         return layout, None
-    split = deepspeed_pipeline_split(num_layers, pp)
-    note = (f"layers split as DeepSpeed's pipeline engine places them: {', '.join(map(str, split))} "
-            "(PipelineModule partition_method='type:transformer', Megatron-DeepSpeed's GPTModelPipe)")
-    return layout.model_copy(update={"pipeline_layers": split}), note
+    if uses_deepspeed(training) and pp <= num_layers and num_layers % pp:
+        split = deepspeed_pipeline_split(num_layers, pp)
+        note = (f"layers split as DeepSpeed's pipeline engine places them: {', '.join(map(str, split))} "
+                "(PipelineModule partition_method='type:transformer', Megatron-DeepSpeed's GPTModelPipe)")
+        return layout.model_copy(update={"pipeline_layers": split}), note
+    if uses_torchtitan_split(training) and num_layers % (pp * v):
+        try:
+            split = torchtitan_stage_split(num_layers, pp * v, *DEFAULT_END_WEIGHTS)
+        except SpecError:
+            return layout, None  # _torchtitan_split_problems says why
+        if end_weights(num_layers, pp, v, split) is None:
+            return layout, None
+        note = (f"layers split as torchtitan places them with its default first/last stage weights "
+                f"{DEFAULT_END_WEIGHTS}: {', '.join(map(str, split))} per virtual stage "
+                "(torchtitan 0.3 _generate_llm_fqn_per_model_part)")
+        return layout.model_copy(update={"pipeline_layers": split}), note
+    return layout, None
 
 
 def _explicit_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
@@ -307,7 +353,7 @@ def check_layout(
 # ---------------------------------------------------------------------------------------------
 
 import math  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from typing import Any  # noqa: E402
 
 
@@ -352,7 +398,8 @@ class Space:
 
     A candidate is a configuration (shape, recompute, ZeRO stage) with a split of the layers over
     the pipeline ranks: any split with at least one layer per rank where the target places layers
-    freely (free_split; Megatron's --pipeline-model-parallel-layout), else only the even one."""
+    freely (free_split; Megatron's --pipeline-model-parallel-layout), else the splits the target
+    makes itself (fixed_splits: DeepSpeed's, torchtitan's) or the even one."""
 
     shapes: tuple[Shape, ...]
     recomputes: dict[tuple[int, int], tuple[tuple, ...]]
@@ -362,10 +409,10 @@ class Space:
     """pp -> ZeRO stages the target framework allows."""
     num_layers: int = 1
     free_split: bool = True
-    """Any per-rank layer counts (else fixed_split's: even, pp dividing the layers, or DeepSpeed's)."""
+    """Any per-rank layer counts (else fixed_splits': the even one, DeepSpeed's, or torchtitan's)."""
     first_last_only: bool = False
-    """With free_split: only the first and last rank may differ, the middle ranks hold equal counts
-    (what Megatron's --decoder-first/last-pipeline-num-layers express)."""
+    """Only the first and last rank may differ, the middle ranks hold equal counts (what Megatron's
+    --decoder-first/last-pipeline-num-layers express; of torchtitan's splits, those)."""
     rank_order: str = "tp-cp-dp-pp"
     """Rank placement used for every candidate."""
     allow_idle: bool = False
@@ -377,13 +424,15 @@ class Space:
     """Sequence-parallel candidates run --tp-comm-overlap where the target offers it (not priced for MoE)."""
     training: TrainingSpec | None = None
     """The workload, whose engine decides DeepSpeed's gradient overlap (overlaps())."""
+    engine_weights: bool = True
+    """On torchtitan: the plan chooses its first/last stage weights (else the even split only)."""
 
     def layouts(self, shape: Shape, split: tuple[int, ...] | None, rc, zero) -> Layout:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
         return Layout(tp=shape.tp, pp=shape.pp, dp=shape.dp, cp=shape.cp, micro_batch_size=shape.mbs,
                       vpp=shape.vpp, sequence_parallel=shape.sp, ep=shape.ep, etp=shape.etp,
                       moe_dispatcher=shape.dispatcher, ep_overlap=shape.ep_overlap,
-                      pipeline_layers=pipeline_layers(self.num_layers, shape.pp, shape.vpp, split),
+                      pipeline_layers=self.virtual_split(shape.pp, shape.vpp, split),
                       recompute=rc[0], recompute_num_layers=rc[1], recompute_modules=rc[2] if len(rc) > 2 else None,
                       zero_stage=zero,
                       rank_order=self.rank_order,
@@ -396,24 +445,41 @@ class Space:
         options = self.recomputes[(shape.pp, shape.vpp)]
         return tuple(o for o in options if o[0] != "full") if shape.ep_overlap else options
 
-    def fixed_split(self, pp: int) -> tuple[int, ...]:
-        """Without free_split, the one split a configuration with pp ranks runs: DeepSpeed's where
-        the training runs its engine (it places the layers itself), else the even one."""
+    def fixed_splits(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
+        """Without free_split, the per-rank splits a configuration with pp ranks of vpp chunks runs:
+        DeepSpeed's where the training runs its engine, torchtitan's (every split its first/last
+        stage weights make, torchtitan_pipeline.rank_splits) where it runs torchtitan -- both place
+        the layers themselves -- else the even one."""
         if self.training is not None and uses_deepspeed(self.training):
-            return deepspeed_pipeline_split(self.num_layers, pp)
-        return (self.num_layers // pp,) * pp
+            return (deepspeed_pipeline_split(self.num_layers, pp),)
+        even = (self.num_layers // pp,) * pp
+        if self.training is not None and uses_torchtitan_split(self.training) and pp > 1:
+            if not self.engine_weights:  # every virtual stage equal (weights 0 and 0)
+                return (even,) if self.num_layers % (pp * vpp) == 0 else ()
+            return tuple(c for c in rank_splits(self.num_layers, pp, vpp)
+                         if not self.first_last_only or len(set(c[1:-1])) <= 1)
+        return (even,)
 
-    def splits(self, pp: int) -> int:
-        """Number of layer splits a configuration with pp ranks ranges over."""
+    def virtual_split(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        """Layout.pipeline_layers of a per-rank split: torchtitan's own placement over the virtual
+        stages where it runs (None for the even one), else pipeline_layers'."""
+        if (split is not None and pp > 1 and self.training is not None and uses_torchtitan_split(self.training)
+                and not self.free_split):
+            virtual = rank_splits(self.num_layers, pp, vpp)[split]
+            return None if len(set(virtual)) == 1 else virtual
+        return pipeline_layers(self.num_layers, pp, vpp, split)
+
+    def splits(self, pp: int, vpp: int = 1) -> int:
+        """Number of layer splits a configuration with pp ranks (vpp chunks each) ranges over."""
         if not self.free_split:
-            return 1
+            return len(self.fixed_splits(pp, vpp))
         if self.first_last_only and pp > 2:  # middle count k, then first + last = L - (pp-2)k, each >= 1
             return sum(max(0, self.num_layers - (pp - 2) * k - 1) for k in range(1, self.num_layers // (pp - 2) + 1))
         return math.comb(self.num_layers - 1, pp - 1)
 
     def size(self) -> int:
         """Number of full candidate layouts (configurations x splits)."""
-        return sum(self.splits(s.pp) * len(self.rc_options(s)) * len(self.zeros[s.pp])
+        return sum(self.splits(s.pp, s.vpp) * len(self.rc_options(s)) * len(self.zeros[s.pp])
                    for s in self.shapes)
 
 
@@ -606,12 +672,13 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
 
 
 # What each launch target cannot express (launch-configs.md §3-4): DeepSpeed has no context
-# parallelism, no interleaved pipeline and places the layers itself (its engine's split, Space.fixed_split,
-# whatever the pipeline degree: uneven_stages False means no split of the plan's choosing); torchtitan has no Megatron-style
-# uneven first/last counts; neither has "recompute the first N layers of each stage".
+# parallelism, no interleaved pipeline and places the layers itself (its engine's split, Space.fixed_splits,
+# whatever the pipeline degree: uneven_stages False means no split of the plan's choosing); torchtitan
+# places them itself too, from two weights the plan chooses (Space.fixed_splits; uneven_stages False
+# keeps the even split); neither has "recompute the first N layers of each stage".
 FRAMEWORK_LIMITS: dict[str, dict[str, Any]] = {
     "deepspeed": {"cp": 1, "vpp": 1, "uneven_stages": False, "partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
-    "torchtitan": {"uneven_stages": False, "partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
+    "torchtitan": {"partial_recompute": False, "rank_order": "tp-cp-dp-pp"},
 }
 
 
@@ -718,7 +785,10 @@ def build_space(
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
     # DeepSpeed's engine places the layers itself: its split only (deepspeed_engine.pipeline_split)
     engine_split = uses_deepspeed(training)
-    free = constraints.get("uneven_stages", True) is not False and not engine_split
+    # torchtitan places them from its first/last stage weights: the splits those make (rank_splits)
+    titan_split = uses_torchtitan_split(training)
+    uneven = constraints.get("uneven_stages", True) is not False
+    free = uneven and not engine_split and not titan_split
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
     if not moe and (any(_constrained(k, constraints) for k in ("ep", "etp"))
@@ -784,6 +854,7 @@ def build_space(
                                     probs = layout_problems(model, cluster, training, lay, allow_idle=allow_idle,
                                                             pipeline_split=False, zero_rules=False)
                                     if not probs and (free or (engine_split and v == 1)
+                                                      or (titan_split and pp > 1)
                                                       or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
@@ -793,7 +864,11 @@ def build_space(
     recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes, modules) for k in keys}
     zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
                        and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
-    return Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training)
+    space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training,
+                  engine_weights=uneven)
+    if free:
+        return space
+    return replace(space, shapes=tuple(sh for sh in shapes if space.fixed_splits(sh.pp, sh.vpp)))
 
 
 def _constrained(name: str, constraints: dict[str, Any]) -> bool:

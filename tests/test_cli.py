@@ -233,3 +233,22 @@ def test_evaluate_prices_the_engine_you_name_or_emit_for(tmp_path):
     code, out, err = run(base + ["--optimizer-impl", "deepspeed", "--emit", "megatron", "--out", str(tmp_path / "m")])
     assert code == 2 and "optimizer_impl: 'deepspeed' is not the engine framework 'megatron' runs" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_evaluate_takes_the_split_each_target_makes(tmp_path):
+    """126 layers on pp 4 (Llama-3.1-405B): Megatron's --account-for-embedding/loss split, 31|32|32|31;
+    DeepSpeed's engine places them 32|32|31|31 (it used to be handed Megatron's split and refuse it);
+    torchtitan with its default weights 1 and 1: 128 effective layers of 32, less one at each end."""
+    base = ["evaluate", "llama3.1-405b", "dgx-h100", "--nodes", "16", "--tp", "8", "--pp", "4", "--recompute", "full",
+            "--global-batch-size", "64", "--seq-length", "4096", "--json"]
+    for extra, split, said in [(["--zero", "1"], [31, 32, 32, 31], None),
+                               (["--zero", "1", "--emit", "deepspeed"], [32, 32, 31, 31], "DeepSpeed's pipeline engine"),
+                               (["--zero", "0", "--emit", "torchtitan"], [31, 32, 32, 31], "torchtitan places them")]:
+        code, out, err = run(base + extra + ["--out", str(tmp_path / str(len(extra)))])
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["layout"]["pipeline_layers"] == split
+        assert said is None or any(said in w for w in data["warnings"])
+    # written with the fewest weight that makes it: 126 + 1 + 0 = 127 over 4 is 32, 32, 32, 31, the first less 1
+    args = (tmp_path / "4" / "train.sh").read_text()
+    assert "pipeline_parallel_first_stage_less_layers 1" in args and "pipeline_parallel_last_stage_less_layers 0" in args

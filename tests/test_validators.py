@@ -240,8 +240,10 @@ def test_torchtitan_accepts_every_topk_plan():
         r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus, module=module, config=config,
                              num_layers=p.model.num_layers)
         assert r.ok, (name, p.layout.short(), r.line())
-        if r.details["virtual_stages"] is not None:
-            assert r.details["virtual_stages"] == p.layout.pp * p.layout.vpp
+        if p.layout.pp > 1:  # torchtitan's own pipeline code places the plan's layers per virtual stage
+            stages = p.layout.pp * p.layout.vpp
+            assert r.details["virtual_stages"] == stages
+            assert r.details["stage_layers"] == list(p.layout.pipeline_layers or [p.model.num_layers // stages] * stages)
 
 
 def test_torchtitan_rejects_broken_overrides():

@@ -1,7 +1,8 @@
 """torchtitan: 0.3 command-line overrides (tyro) and a 0.2-style TOML job file.
 
 Keys from shared/reference/launch-configs.md §4. FSDP2 (dp_shard) is ZeRO-3; plain replication is
-ZeRO-0; torchtitan has no ZeRO-1/2 and no Megatron-style uneven first/last stage counts.
+ZeRO-0; torchtitan has no ZeRO-1/2. It places the pipeline's layers itself from two weights, which
+the emitter writes as the ones that make the plan's split (planner.torchtitan_pipeline).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from planner.emit import LaunchFiles, refuse_megatron_only, refuse_other_engine,
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Recompute
+from planner.torchtitan_pipeline import end_weights, layers_per_stage
 
 __all__ = ["torchtitan_overrides", "torchtitan_toml", "to_torchtitan", "torchtitan_config_name", "TORCHTITAN_VERSION"]
 
@@ -26,8 +28,12 @@ def _check(plan: Plan) -> None:
     if lay.zero_stage in (1, 2):
         raise PlannerError(f"torchtitan: ZeRO-{lay.zero_stage} does not exist there (FSDP2 = ZeRO-3, or replicate = 0); "
                            "plan with framework='torchtitan'")
-    if lay.first_stage_layers is not None or lay.last_stage_layers is not None or lay.pipeline_layers is not None:
-        raise PlannerError("torchtitan: uneven first/last stage layer counts are not emitted")
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        raise PlannerError("torchtitan: Megatron-style first/last stage layer counts are not emitted; give the split "
+                           "as pipeline_layers (torchtitan places the layers from its first/last stage weights)")
+    if lay.pp > 1 and _weights(plan) is None:
+        raise PlannerError(f"torchtitan: no first/last stage weights make the split {list(_virtual(plan))} on "
+                           f"pp({lay.pp}) x vpp({lay.vpp}) stages; plan with framework='torchtitan'")
     if lay.recompute == Recompute.SELECTIVE:
         raise PlannerError("torchtitan: its selective checkpointing is per-op (recompute 'op'), not Megatron's "
                            "attention-core recompute the plan prices; plan with framework='torchtitan'")
@@ -45,6 +51,18 @@ def _check(plan: Plan) -> None:
     refuse_other_engine(plan, "torchtitan")
 
 
+def _virtual(plan: Plan) -> tuple[int, ...]:
+    """Decoder layers per virtual stage (stage s on rank s % pp)."""
+    lay, stages = plan.layout, plan.layout.pp * plan.layout.vpp
+    return lay.pipeline_layers or (plan.model.num_layers // stages,) * stages
+
+
+def _weights(plan: Plan) -> tuple[int, int] | None:
+    """torchtitan's (first_stage_less_layers, last_stage_less_layers) that make the plan's split."""
+    lay = plan.layout
+    return end_weights(plan.model.num_layers, lay.pp, lay.vpp, _virtual(plan))
+
+
 def _degrees(plan: Plan) -> dict[str, int | str]:
     lay = plan.layout
     d: dict[str, int | str] = {
@@ -56,11 +74,16 @@ def _degrees(plan: Plan) -> dict[str, int | str]:
     }
     if lay.pp > 1:
         # torchtitan counts the embedding and the output layer as extra "layers" (weights 1 and 1
-        # by default); weights 0 give the even split of the plan: pp * vpp stages of L/(pp*vpp).
+        # by default) and deals layers + weights over the stages; the weights written make the plan's
+        # split (0 and 0 for an even one), layers_per_stage its pp * vpp stages (none: the schedule's
+        # default count, pp for 1F1B, 2 pp for Interleaved1F1B)
+        first, last = _weights(plan)
         d["pipeline_parallel_schedule"] = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
-        d["pipeline_parallel_layers_per_stage"] = plan.model.num_layers // (lay.pp * lay.vpp)
-        d["pipeline_parallel_first_stage_less_layers"] = 0
-        d["pipeline_parallel_last_stage_less_layers"] = 0
+        per = layers_per_stage(plan.model.num_layers, lay.pp * lay.vpp, first, last)
+        if per is not None:
+            d["pipeline_parallel_layers_per_stage"] = per
+        d["pipeline_parallel_first_stage_less_layers"] = first
+        d["pipeline_parallel_last_stage_less_layers"] = last
         d["pipeline_parallel_microbatch_size"] = lay.micro_batch_size
     return d
 

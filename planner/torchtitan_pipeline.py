@@ -1,0 +1,117 @@
+"""How torchtitan splits a decoder over its pipeline stages (TrainingSpec.optimizer_impl = 'fsdp2',
+the engine a torchtitan plan runs on, with pp > 1). The layout checks (planner.space), the search
+and the torchtitan emitter read these functions, so the stages written are the ones priced.
+
+Read in torchtitan 0.3.0, the version the emitter targets, torchtitan/distributed/pipeline_parallel.py:
+    [Meta]   _get_pipeline_metadata: the stage count is ceil((L + first_less + last_less) /
+             pipeline_parallel_layers_per_stage) where that is set -- a multiple of pp, one stage per
+             rank for a single-stage schedule (1F1B), at least two for a looped one (Interleaved1F1B)
+             -- else pp (single-stage) or 2 pp (looped). first_less and last_less are
+             pipeline_parallel_first/last_stage_less_layers (torchtitan/config/configs.py, default 1).
+    [Split]  _generate_llm_fqn_per_model_part: the embedding counts as first_less layers and the
+             final norm with the output layer as last_less; the L + first_less + last_less
+             "effective layers" are dealt evenly over the stages, the remainder one each to the first
+             stages; the first stage holds its share less first_less decoder layers, the last its
+             share less last_less. Refused: more stages than effective layers, a share of 0, a
+             weight above the smallest share.
+    [Ranks]  _get_pp_rank_to_stage_indices_mapping: looped schedules place stage s on rank s % pp
+             (the order of Layout.pipeline_layers).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from planner.errors import SpecError
+
+__all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "stage_split", "layers_per_stage", "end_weights",
+           "rank_splits"]
+
+DEFAULT_END_WEIGHTS = (1, 1)
+"""torchtitan's pipeline_parallel_first_stage_less_layers and _last_stage_less_layers defaults."""
+
+MAX_END_WEIGHT = 8
+"""The largest first/last weight the search offers (torchtitan takes any up to the smallest share):
+an output layer costs about 2 h V / (24 h^2) decoder layers of GEMM time -- 2.6 for Llama-3-8B, 1.3
+for Llama-3-70B -- so eight covers vocabularies up to ~100 x the hidden size."""
+
+
+def stage_split(num_layers: int, stages: int, first_less: int = 1, last_less: int = 1) -> tuple[int, ...]:
+    """Decoder layers on each of `stages` (virtual) pipeline stages as torchtitan places them ([Split]).
+
+    Raises:
+        SpecError: a split torchtitan refuses, with its rule.
+    """
+    if stages < 1:
+        raise SpecError(f"torchtitan: {stages} pipeline stages; it needs at least 1")
+    if first_less < 0 or last_less < 0:
+        raise SpecError(f"torchtitan: first/last stage weights ({first_less}, {last_less}) cannot be negative")
+    if stages == 1:
+        return (num_layers,)
+    effective = num_layers + first_less + last_less
+    if stages > effective:
+        raise SpecError(f"torchtitan: {stages} stages > {effective} effective layers (num_layers({num_layers}) "
+                        f"+ first_less({first_less}) + last_less({last_less}))")
+    base, extra = divmod(effective, stages)
+    if first_less > base or last_less > base:
+        raise SpecError(f"torchtitan: first/last stage weights ({first_less}, {last_less}) exceed the smallest "
+                        f"stage share ({base} of {effective} effective layers over {stages} stages)")
+    shares = [base + (1 if s < extra else 0) for s in range(stages)]
+    shares[0] -= first_less
+    shares[-1] -= last_less
+    return tuple(shares)
+
+
+def layers_per_stage(num_layers: int, stages: int, first_less: int, last_less: int) -> int | None:
+    """The smallest pipeline_parallel_layers_per_stage for which torchtitan builds exactly `stages`
+    stages ([Meta]: ceil(effective / value) == stages), or None where no value does."""
+    effective = num_layers + first_less + last_less
+    lo = -(-effective // stages)
+    return lo if -(-effective // lo) == stages else None
+
+
+def _launchable(num_layers: int, pp: int, vpp: int, first_less: int, last_less: int) -> bool:
+    """Whether the torchtitan emitter can make torchtitan build pp x vpp stages with these weights:
+    a layers_per_stage value gives that count, or the schedule's default count (pp for 1F1B, 2 pp
+    for Interleaved1F1B) is it."""
+    return vpp in (1, 2) or layers_per_stage(num_layers, pp * vpp, first_less, last_less) is not None
+
+
+def end_weights(num_layers: int, pp: int, vpp: int, split: tuple[int, ...]) -> tuple[int, int] | None:
+    """The (first_less, last_less) weights, each within MAX_END_WEIGHT, with which torchtitan places
+    the layers over pp x vpp stages as `split` does (the fewest in total, then the smaller first),
+    or None where no weights do."""
+    stages = pp * vpp
+    for total in range(2 * MAX_END_WEIGHT + 1):
+        for a in range(max(0, total - MAX_END_WEIGHT), min(total, MAX_END_WEIGHT) + 1):
+            b = total - a
+            try:
+                made = stage_split(num_layers, stages, a, b)
+            except SpecError:
+                continue
+            if made == tuple(split) and _launchable(num_layers, pp, vpp, a, b):
+                return a, b
+    return None
+
+
+@lru_cache(maxsize=4096)
+def rank_splits(num_layers: int, pp: int, vpp: int) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """Every split torchtitan can be launched with on pp ranks of vpp chunks, weights within
+    MAX_END_WEIGHT, each rank holding a decoder layer: {layers per rank: layers per virtual stage}
+    (stage s on rank s % pp, [Ranks]); where weights differ but the ranks' counts agree, the split
+    made with the fewest weight is kept, in end_weights' order."""
+    out: dict[tuple[int, ...], tuple[int, ...]] = {}
+    stages = pp * vpp
+    for total in range(2 * MAX_END_WEIGHT + 1):
+        for a in range(max(0, total - MAX_END_WEIGHT), min(total, MAX_END_WEIGHT) + 1):
+            b = total - a
+            if not _launchable(num_layers, pp, vpp, a, b):
+                continue
+            try:
+                split = stage_split(num_layers, stages, a, b)
+            except SpecError:
+                continue
+            ranks = tuple(sum(split[c * pp + r] for c in range(vpp)) for r in range(pp))
+            if min(ranks) >= 1:  # the first weights to make a split are the ones end_weights finds
+                out.setdefault(ranks, split)
+    return out
