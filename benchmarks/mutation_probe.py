@@ -65,12 +65,22 @@ MUTANTS = [
      "factor = (n - 1) / n", "all-reduce priced as one ring pass"),
     ("planner/deepspeed_engine.py", "if cost[i][j] >= spread:", "if cost[i][j] > spread:",
      "DeepSpeed's split keeps the first cut among equal costs"),
-    ("planner/torchtitan_pipeline.py", "shares = [base + (1 if s < extra else 0)",
+    ("planner/torchtitan_engine.py", "shares = [base + (1 if s < extra else 0)",
      "shares = [base + (1 if s >= stages - extra else 0)", "torchtitan's remainder to the last stages"),
-    ("planner/torchtitan_pipeline.py", "shares[-1] -= last_less", "shares[0] -= last_less",
+    ("planner/torchtitan_engine.py", "shares[-1] -= last_less", "shares[0] -= last_less",
      "torchtitan's output weight taken off the first stage"),
     ("planner/cpsat.py", "if p <= 3 or not sorted_middle:", "if p <= 3:",
      "middle ranks read as sorted in torchtitan's splits"),
+    ("planner/cost.py", "share = (tp - 1) / tp", "share = 1.0", "async TP hides under whole GEMMs"),
+    ("planner/cost.py", "if tp_comm_overlap and uses_torchtitan(training):", "if False:",
+     "torchtitan's async TP priced as Transformer Engine's"),
+    ("planner/space.py", '        update["kernels"] = TORCHTITAN_KERNELS\n', "",
+     "torchtitan plans priced with Megatron's fused kernels"),
+    ("planner/memory.py", "pipelined = fsdp2 and layout.pp > 1", "pipelined = False",
+     "FSDP2 under torchtitan's pipeline resharded as without PP"),
+    ("planner/cost.py", "return max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs",
+     "return m * (max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs)",
+     "FSDP2 under torchtitan's pipeline gathers in every micro-batch"),
     ("planner/uncertainty.py", '        return "moe"\n', '        return "dense"\n', "MoE jobs carry the dense runs' error"),
     ("planner/comm.py", "intra = max(0, twice * (group.size - 1) - inter)", "intra = 0",
      "a multi-node ring's intra-node steps free"),
@@ -206,7 +216,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
-                                       "tests/test_torchtitan_pipeline.py")
+                                       "tests/test_torchtitan_engine.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -133,6 +133,13 @@ def _torchtitan_recompute(row: dict, rc: str) -> tuple[str, int | None]:
     return "op", None
 
 
+def _declares_async_tp(row: dict) -> bool:
+    """torchtitan rows that name Async TP among their optimizations (it needs torch.compile, which
+    torchtitan's parallelize_llama enforced then: 'Async TP requires --training.compile')."""
+    notes = str(row.get("notes", "")).lower().replace("asynctp", "async tp")
+    return row["source_group"].startswith("torchtitan") and "async tp" in notes
+
+
 def _declares_deepspeed(sharding: str) -> bool:
     """The row's declared data-parallel implementation (its `sharding` field) is DeepSpeed's."""
     return "deepspeed" in sharding.lower()
@@ -256,7 +263,7 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
         layout = Layout(tp=tp, pp=pp, cp=cp, dp=r["num_gpus"] // (tp * pp * cp), zero_stage=r["zero_stage"],
                         micro_batch_size=r["micro_batch"], recompute=rc, recompute_num_layers=rc_layers,
                         vpp=par.get("vpp") or 1,
-                        sequence_parallel=sp, tp_comm_overlap=assumed and sp,
+                        sequence_parallel=sp, tp_comm_overlap=(assumed or _declares_async_tp(r)) and sp,
                         overlap_grad_reduce=grad_overlap, overlap_param_gather=param_overlap,
                         # 2021 Megatron (SC21) predates overlap_p2p_comm: its interleaved sends were exposed
                         overlap_p2p=False if "2021 Megatron" in str(r.get("sharding")) and (par.get("vpp") or 1) > 1

@@ -405,7 +405,7 @@ def _cmd_evaluate(a, out: Console) -> int:
                     f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
-        del update["tp_comm_overlap"]  # an option you chose (the emitter refuses it), not torchtitan's own
+        del update["tp_comm_overlap"]  # yours to choose (--tp-comm-overlap: torchtitan's async TP)
         lay = lay.model_copy(update=update)
     p = evaluate(model, cluster, training, lay)
     _emit(a, p, out)

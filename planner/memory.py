@@ -42,6 +42,9 @@ __all__ = [
 
 PARAM_BYTES = 2  # bf16/fp16 weights
 ADAM_BYTES = 12  # fp32 master weights + momentum + variance [Rajbhandari20, §3.1: 12 bytes of K=12]
+FSDP2_ACCUMULATED_GRAD_BYTES = 4
+"""Bytes per parameter of FSDP2's unsharded gradient accumulated in its reduce dtype (FP32 under
+torchtitan) while gradient sync is off -- under torchtitan's pipeline, every backward but the last."""
 FSDP2_PARAM_BYTES = 4
 """FSDP2 keeps each parameter's shard in the dtype the model was built in (FP32 under torchtitan) and
 gathers it in MixedPrecisionPolicy.param_dtype (BF16); the optimizer steps the FP32 shard, so it is
@@ -690,7 +693,7 @@ class MemoryLedger:
 
 
 STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights", "zero_buckets",
-                          "fsdp2_output_layer"})
+                          "fsdp2_output_layer", "fsdp2_pipeline_grads"})
 """The names stage_static_items produces: the items that depend on the ZeRO stage."""
 
 
@@ -712,21 +715,37 @@ def stage_static_items(
                    else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
                    else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
+    # FSDP2 under torchtitan's pipeline keeps every unit of the stage gathered for the whole step --
+    # no reshard after forward with PP [torchtitan 0.3 distributed/fsdp.py:
+    # get_fsdp_reshard_after_forward_policy], none after a backward but the last [torch 2.13
+    # distributed/pipelining/stage.py: backward_maybe_with_nosync, perform_reduce_grad] -- and reduces
+    # nothing before the last backward: each unit's gradient accumulates unsharded in the reduce dtype,
+    # FP32 [torch fsdp/_fully_shard/_fsdp_param.py: to_accumulated_grad_if_needed; torchtitan's
+    # mixed_precision_reduce is float32]
+    pipelined = fsdp2 and layout.pp > 1
+    out = model.vocab_size * model.hidden_size / layout.tp if fsdp2 and stage == layout.pp - 1 else 0.0
     if layout.zero_stage == 3:  # FP8 where the weights are gathered in FP8 (norms are negligible)
         per = 1 if training.fp8_param_gather else PARAM_BYTES
-        # FSDP2 under torchtitan's pipeline keeps every block of the stage gathered from its forward
-        # to its backward (reshard_after_forward off with PP)
-        n = layers if fsdp2 and layout.pp > 1 else ZERO3_PREFETCH_LAYERS
+        n = layers if pipelined else ZERO3_PREFETCH_LAYERS
         what = f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"
         gathered = n * layer_params(model) / layout.tp
+        if pipelined and stage == 0:
+            gathered += model.vocab_size * model.hidden_size / layout.tp
+            what += " and the embedding"
         if uses_deepspeed(training):  # what DeepSpeed's reuse distance keeps gathered, and its prefetch
             gathered = zero3_gathered_params(layer_params(model) / layout.tp, layers)
             what = f"bf16 weights DeepSpeed keeps gathered into the backward ({gathered / 1e6:.0f}M parameters)"
         items.append(MemoryItem("zero3_gather", gathered * per, what))
-    if fsdp2 and stage == layout.pp - 1:
-        out = model.vocab_size * model.hidden_size / layout.tp * PARAM_BYTES
-        items.append(MemoryItem("fsdp2_output_layer", 2 * out, "the output layer gathered (its FSDP unit is not "
-                                "resharded after forward) and its unsharded bf16 gradient, at the start of backward"))
+    if out and pipelined:
+        items.append(MemoryItem("fsdp2_output_layer", out * PARAM_BYTES, "the output layer gathered for the step"))
+    elif out:
+        items.append(MemoryItem("fsdp2_output_layer", 2 * out * PARAM_BYTES, "the output layer gathered (its FSDP "
+                                "unit is not resharded after forward) and its unsharded bf16 gradient, at the start "
+                                "of backward"))
+    if pipelined:
+        unsharded = sum(sh.params for sh in param_shards(model, layout, stage, layers))
+        items.append(MemoryItem("fsdp2_pipeline_grads", FSDP2_ACCUMULATED_GRAD_BYTES * unsharded,
+                                "the stage's gradients accumulated unsharded in FP32 until the last backward"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))

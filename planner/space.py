@@ -13,8 +13,9 @@ from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
 from planner.memory import stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
-from planner.torchtitan_pipeline import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits
-from planner.torchtitan_pipeline import stage_split as torchtitan_stage_split
+from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, uses_torchtitan
+from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
+from planner.torchtitan_engine import stage_split as torchtitan_stage_split
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
@@ -88,7 +89,7 @@ def layout_problems(
         if not model.op_recompute_priced:
             bad.append(f"recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
                        f"models only; {model.name} is not one")
-        if lay.tp_comm_overlap:
+        if lay.tp_comm_overlap and not uses_torchtitan(training):
             bad.append("recompute 'op' is torchtitan's and tp_comm_overlap Transformer Engine's: not one run")
     bad += _recompute_module_problems(model, training, lay)
     if lay.overlap_param_gather and lay.zero_stage == 0:
@@ -109,7 +110,7 @@ def layout_problems(
             bad.append("multi-latent attention is priced with attention='flash' only")
     if pipeline_split and uses_deepspeed(training) and pp > 1:
         bad += _deepspeed_split_problems(L, pp, lay)
-    elif pipeline_split and uses_torchtitan_split(training) and pp > 1:
+    elif pipeline_split and uses_torchtitan(training) and pp > 1:
         bad += _torchtitan_split_problems(L, pp, v, lay)
     elif pipeline_split and lay.pipeline_layers is not None:
         bad += _explicit_split_problems(L, pp, v, lay)
@@ -206,14 +207,8 @@ def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
     return []
 
 
-def uses_torchtitan_split(training: TrainingSpec) -> bool:
-    """The plan runs on torchtitan, which places the pipeline's layers itself (planner.torchtitan_pipeline):
-    FSDP2 as torchtitan applies it (TrainingSpec.optimizer_impl 'fsdp2', FRAMEWORK_ENGINES)."""
-    return training.optimizer_impl == "fsdp2"
-
-
 def _torchtitan_split_problems(L: int, pp: int, v: int, lay: Layout) -> list[str]:
-    """torchtitan places the layers from two weights (torchtitan_pipeline.stage_split): a layout runs on
+    """torchtitan places the layers from two weights (torchtitan_engine.stage_split): a layout runs on
     it only with a split those weights make, given or left to evaluate (framework_layout)."""
     if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
         return ["torchtitan places the layers from its first/last stage weights; give pipeline_layers (layers per "
@@ -237,7 +232,7 @@ def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) ->
     """The layout as the training's engine runs it, and a note where that fills something in: a
     pipeline whose stages do not divide the layers takes the split the engine computes -- DeepSpeed's
     (deepspeed_engine.pipeline_split) or torchtitan's with its default weights
-    (torchtitan_pipeline.stage_split)."""
+    (torchtitan_engine.stage_split)."""
     pp, v = layout.pp, layout.vpp
     given = (layout.pipeline_layers is not None or layout.first_stage_layers is not None
              or layout.last_stage_layers is not None)
@@ -248,7 +243,7 @@ def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) ->
         note = (f"layers split as DeepSpeed's pipeline engine places them: {', '.join(map(str, split))} "
                 "(PipelineModule partition_method='type:transformer', Megatron-DeepSpeed's GPTModelPipe)")
         return layout.model_copy(update={"pipeline_layers": split}), note
-    if uses_torchtitan_split(training) and num_layers % (pp * v):
+    if uses_torchtitan(training) and num_layers % (pp * v):
         try:
             split = torchtitan_stage_split(num_layers, pp * v, *DEFAULT_END_WEIGHTS)
         except SpecError:
@@ -448,12 +443,12 @@ class Space:
     def fixed_splits(self, pp: int, vpp: int) -> tuple[tuple[int, ...], ...]:
         """Without free_split, the per-rank splits a configuration with pp ranks of vpp chunks runs:
         DeepSpeed's where the training runs its engine, torchtitan's (every split its first/last
-        stage weights make, torchtitan_pipeline.rank_splits) where it runs torchtitan -- both place
+        stage weights make, torchtitan_engine.rank_splits) where it runs torchtitan -- both place
         the layers themselves -- else the even one."""
         if self.training is not None and uses_deepspeed(self.training):
             return (deepspeed_pipeline_split(self.num_layers, pp),)
         even = (self.num_layers // pp,) * pp
-        if self.training is not None and uses_torchtitan_split(self.training) and pp > 1:
+        if self.training is not None and uses_torchtitan(self.training) and pp > 1:
             if not self.engine_weights:  # every virtual stage equal (weights 0 and 0)
                 return (even,) if self.num_layers % (pp * vpp) == 0 else ()
             return tuple(c for c in rank_splits(self.num_layers, pp, vpp)
@@ -463,7 +458,7 @@ class Space:
     def virtual_split(self, pp: int, vpp: int, split: tuple[int, ...] | None) -> tuple[int, ...] | None:
         """Layout.pipeline_layers of a per-rank split: torchtitan's own placement over the virtual
         stages where it runs (None for the even one), else pipeline_layers'."""
-        if (split is not None and pp > 1 and self.training is not None and uses_torchtitan_split(self.training)
+        if (split is not None and pp > 1 and self.training is not None and uses_torchtitan(self.training)
                 and not self.free_split):
             virtual = rank_splits(self.num_layers, pp, vpp)[split]
             return None if len(set(virtual)) == 1 else virtual
@@ -623,7 +618,13 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
     if impl not in (None, runs):
         raise PlannerError(f"training.optimizer_impl: '{impl}' is not the engine framework '{framework}' runs "
                            f"({runs or 'megatron'}; leave it unset or use framework='any')")
-    return training.model_copy(update={"optimizer_impl": runs}) if runs and impl is None else training
+    update = {"optimizer_impl": runs} if runs and impl is None else {}
+    if framework == "torchtitan" and training.kernels != TORCHTITAN_KERNELS:
+        if "kernels" in training.model_fields_set:
+            raise PlannerError(f"training.kernels: torchtitan runs PyTorch's kernels (compiled), priced as "
+                               f"'{TORCHTITAN_KERNELS}', not '{training.kernels}' (Megatron / Transformer Engine's)")
+        update["kernels"] = TORCHTITAN_KERNELS
+    return training.model_copy(update=update) if update else training
 
 
 def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool = False,
@@ -639,7 +640,8 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
     for ZeRO-1/2; no interleaving. torchtitan: replicate (ZeRO-0) uses PyTorch DDP, whose buckets
     overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap; its interleaved schedule
     (torch.distributed.pipelining) batches p2p between chunks rather than overlapping it.
-    --tp-comm-overlap (Transformer Engine) only for Megatron, with sequence parallelism.
+    With sequence parallelism, --tp-comm-overlap (Transformer Engine) for Megatron, async TP
+    (--compile.enable_async_tensor_parallel) for torchtitan.
     """
     if framework == "deepspeed":  # its ZeRO optimizer only: BF16_Optimizer all-reduces after the backward
         grad = zero in (1, 2) and pp == 1 and (training is None or deepspeed_overlaps_reduction(training, zero))
@@ -649,7 +651,7 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
     else:  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
         grad, param, p2p = True, zero >= 1, None
     return {"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p,
-            "tp_comm_overlap": sp and framework in (None, "any", "megatron")}
+            "tp_comm_overlap": sp and framework in (None, "any", "megatron", "torchtitan")}
 
 
 def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = None) -> tuple[int, ...]:
@@ -758,9 +760,11 @@ def build_space(
                            f"it on; framework '{framework}' would keep FP32 logits (use framework='any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
-    if framework_training(training, framework) != training:
-        raise PlannerError(f"training.optimizer_impl: framework '{framework}' runs its own engine; price it with "
-                           f"optimizer_impl='{FRAMEWORK_ENGINES[framework]}' (planner.space.framework_training)")
+    runs = framework_training(training, framework)
+    if runs != training:
+        field = "optimizer_impl" if runs.optimizer_impl != training.optimizer_impl else "kernels"
+        raise PlannerError(f"training.{field}: framework '{framework}' runs its own engine; price it with "
+                           f"{field}='{getattr(runs, field)}' (planner.space.framework_training)")
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
                                                for z in zero_stages(framework, 1, training)):
         raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "
@@ -786,7 +790,7 @@ def build_space(
     # DeepSpeed's engine places the layers itself: its split only (deepspeed_engine.pipeline_split)
     engine_split = uses_deepspeed(training)
     # torchtitan places them from its first/last stage weights: the splits those make (rank_splits)
-    titan_split = uses_torchtitan_split(training)
+    titan_split = uses_torchtitan(training)
     uneven = constraints.get("uneven_stages", True) is not False
     free = uneven and not engine_split and not titan_split
     first_last = constraints.get("uneven_stages") == "first_last"

@@ -283,7 +283,7 @@ def test_adversarial_names_execute_no_command_but_their_own(tmp_path, framework)
 def test_toml_has_only_its_own_tables():
     p = _evil_plan(3, "torchtitan")
     doc = tomllib.loads(p.to_torchtitan().files["job.toml"])
-    assert set(doc) == {"parallelism", "training", "activation_checkpoint"}
+    assert set(doc) == {"parallelism", "training", "activation_checkpoint", "compile"}
 
 
 def test_terminal_markup_and_escapes_are_inert(tmp_path):

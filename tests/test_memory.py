@@ -119,10 +119,12 @@ def test_fsdp2_keeps_the_fp32_shard_as_master_and_the_output_layer_gathered():
     assert st.get("zero3_gather") == 2 * 2 * (m.num_params - 2 * V * h - h) / 32  # two of 32 blocks, bf16
     mega = memory_ledger(m, c, tr.model_copy(update={"optimizer_impl": None}), Layout(dp=8, zero_stage=3)).stages[0]
     assert mega.get("weights") + mega.get("optimizer") == pytest.approx(14 * psi / 8) and mega.get("fsdp2_output_layer") == 0
-    # under torchtitan's pipeline every block of the stage stays gathered (reshard_after_forward off)
+    # under torchtitan's pipeline every unit of the stage stays gathered (reshard_after_forward off),
+    # the embedding's too, and the output layer's gradient accumulates in FP32 with the rest
+    # (fsdp2_pipeline_grads; tests/test_torchtitan_engine.py)
     pp = memory_ledger(m, c, tr, Layout(pp=2, dp=4, zero_stage=3)).stages
-    assert pp[0].get("zero3_gather") == 16 * 2 * (m.num_params - 2 * V * h - h) / 32
-    assert pp[0].get("fsdp2_output_layer") == 0 and pp[1].get("fsdp2_output_layer") == 2 * V * h * 2
+    assert pp[0].get("zero3_gather") == 16 * 2 * (m.num_params - 2 * V * h - h) / 32 + 2 * V * h
+    assert pp[0].get("fsdp2_output_layer") == 0 and pp[1].get("fsdp2_output_layer") == V * h * 2
 
 
 def test_ledger_peak_is_worst_stage():
