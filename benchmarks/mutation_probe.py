@@ -81,6 +81,8 @@ MUTANTS = [
     ("planner/cost.py", "return max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs",
      "return m * (max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs)",
      "FSDP2 under torchtitan's pipeline gathers in every micro-batch"),
+    ("planner/space.py", "grad, param, p2p = zero == 0 and pp == 1, False,", "grad, param, p2p = zero == 0, False,",
+     "torchtitan's pipeline reduces replicated gradients beside the last backward"),
     ("planner/uncertainty.py", '        return "moe"\n', '        return "dense"\n', "MoE jobs carry the dense runs' error"),
     ("planner/comm.py", "intra = max(0, twice * (group.size - 1) - inter)", "intra = 0",
      "a multi-node ring's intra-node steps free"),

@@ -637,9 +637,13 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
     Megatron (and 'any'): --overlap-grad-reduce always, --overlap-param-gather with the distributed
     optimizer, and p2p overlap for interleaving (its default). DeepSpeed: overlap_comm for ZeRO-1/2
     without its pipeline engine (the emitter keeps it off with pp > 1); no parameter-gather overlap
-    for ZeRO-1/2; no interleaving. torchtitan: replicate (ZeRO-0) uses PyTorch DDP, whose buckets
-    overlap backward; FSDP2's prefetch is priced by calibration.dp_overlap; its interleaved schedule
-    (torch.distributed.pipelining) batches p2p between chunks rather than overlapping it.
+    for ZeRO-1/2; no interleaving. torchtitan: replicate (ZeRO-0) is FSDP2 over a replicate x 1
+    mesh (torchtitan 0.3 models/llama3/parallelize.py: apply_fsdp_to_decoder always runs), which
+    reduces each unit's gradient as its backward ends -- except under its pipeline, whose schedule
+    turns gradient sync off until every micro-batch is done and then reduces, exposed [torch
+    distributed/pipelining/stage.py: backward_maybe_with_nosync, perform_reduce_grad]; FSDP2's
+    prefetch is priced by calibration.dp_overlap; its interleaved schedule batches p2p between
+    chunks rather than overlapping it.
     With sequence parallelism, --tp-comm-overlap (Transformer Engine) for Megatron, async TP
     (--compile.enable_async_tensor_parallel) for torchtitan.
     """
@@ -647,7 +651,7 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
         grad = zero in (1, 2) and pp == 1 and (training is None or deepspeed_overlaps_reduction(training, zero))
         param, p2p = False, None
     elif framework == "torchtitan":
-        grad, param, p2p = zero == 0, False, (False if vpp > 1 else None)
+        grad, param, p2p = zero == 0 and pp == 1, False, (False if vpp > 1 else None)
     else:  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
         grad, param, p2p = True, zero >= 1, None
     return {"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p,

@@ -209,14 +209,15 @@ def test_evaluate_names_the_terms_behind_the_gap():
 
 
 def test_evaluate_for_torchtitan_prices_what_torchtitan_runs(tmp_path):
-    """torchtitan's replicated data parallelism always overlaps its gradient buckets, and its
-    interleaved schedule batches p2p: evaluate --emit torchtitan prices exactly that."""
+    """torchtitan's replicated data parallelism under its pipeline reduces the gradients after the
+    last backward (gradient sync off until then), and its interleaved schedule batches p2p:
+    evaluate --emit torchtitan prices exactly that."""
     code, out, err = run(["evaluate", "llama3-70b", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4", "--vpp", "5",
                           "--sequence-parallel", "--global-batch-size", "1024", "--seq-length", "8192",
                           "--emit", "torchtitan", "--out", str(tmp_path / "tt"), "--json"])
     assert code == 0, err
     lay = json.loads(out)["layout"]
-    assert lay["overlap_grad_reduce"] is True and lay["overlap_p2p"] is False
+    assert lay["overlap_grad_reduce"] is False and lay["overlap_p2p"] is False
 
 
 def test_evaluate_prices_the_engine_you_name_or_emit_for(tmp_path):

@@ -310,3 +310,22 @@ def test_fsdp2_under_torchtitans_pipeline_gathers_once_and_accumulates_fp32_grad
     for gbs in (64, 512):  # 4 and 32 micro-batches
         t = tr.model_copy(update={"global_batch_size": gbs})
         assert dp_time(m, bare, t, lay) == pytest.approx(want, rel=1e-5)  # the last stage: 4,096 more (its norm)
+
+
+def test_replicated_gradients_under_torchtitans_pipeline_reduce_after_the_last_backward():
+    """torchtitan 0.3 replicates with FSDP2 over a replicate x 1 mesh: without PP each unit's
+    gradient is reduced as its backward ends (overlapped); under its pipeline gradient sync is off
+    until every micro-batch is done, so the whole all-reduce is exposed, and the emitter says so."""
+    from planner.space import overlaps
+
+    assert overlaps("torchtitan", 1, 0)["overlap_grad_reduce"] is True
+    assert overlaps("torchtitan", 4, 0)["overlap_grad_reduce"] is False
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    lay = Layout(tp=1, pp=2, dp=8, zero_stage=0, micro_batch_size=1, overlap_grad_reduce=False)
+    hidden = planner.evaluate(m, c, _titan(), lay.model_copy(update={"overlap_grad_reduce": True}))
+    exposed = planner.evaluate(m, c, _titan(), lay)
+    assert exposed.time.update.dp_exposed > hidden.time.update.dp_exposed
+    exposed.to_torchtitan()
+    with pytest.raises(PlannerError, match=r"reduces after the last backward with it"):
+        hidden.to_torchtitan()

@@ -42,9 +42,11 @@ def _check(plan: Plan) -> None:
     if lay.p2p_overlapped:
         raise PlannerError("torchtitan: its interleaved schedule does not overlap p2p with compute "
                            "(overlap_p2p); plan with framework='torchtitan'")
-    if lay.overlap_param_gather or (lay.zero_stage == 0 and lay.dp > 1 and not lay.overlap_grad_reduce):
-        raise PlannerError("torchtitan: its data parallelism always overlaps gradient reduction (DDP buckets) and "
-                           "has no ZeRO-1/2 parameter gather; plan with framework='torchtitan'")
+    replicated = lay.zero_stage == 0 and lay.dp > 1
+    if lay.overlap_param_gather or (replicated and lay.overlap_grad_reduce != (lay.pp == 1)):
+        raise PlannerError("torchtitan: its data parallelism overlaps gradient reduction with the backward without "
+                           "PP and reduces after the last backward with it, and has no ZeRO-1/2 parameter gather; "
+                           "plan with framework='torchtitan'")
     refuse_other_engine(plan, "torchtitan")
     if plan.training.kernels != KERNELS:
         raise PlannerError(f"torchtitan: the plan is priced with {plan.training.kernels} kernels (Megatron / "
