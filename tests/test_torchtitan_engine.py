@@ -329,3 +329,22 @@ def test_replicated_gradients_under_torchtitans_pipeline_reduce_after_the_last_b
     exposed.to_torchtitan()
     with pytest.raises(PlannerError, match=r"reduces after the last backward with it"):
         hidden.to_torchtitan()
+
+
+def test_split_without_a_layers_per_stage_value_launches_on_the_schedules_default():
+    """32 layers with weights 1 and 1 over 4 x 2 stages: 34 effective layers, and no
+    layers_per_stage gives 8 stages (ceil(34 / 5) = 7, ceil(34 / 4) = 9), so the emitter leaves it
+    out and Interleaved1F1B's default, two stages per rank, builds them."""
+    m = planner.load_model("llama3-8b")  # 32 layers
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    split = stage_split(32, 8, 1, 1)
+    assert split == (4, 5, 4, 4, 4, 4, 4, 3) and end_weights(32, 4, 2, split) == (1, 1)
+    lay = Layout(tp=1, pp=4, dp=2, vpp=2, zero_stage=0, micro_batch_size=1, pipeline_layers=split,
+                 overlap_grad_reduce=False, overlap_p2p=False)
+    args = list(planner.evaluate(m, c, _titan(), lay).to_torchtitan().args)
+    assert "--parallelism.pipeline_parallel_layers_per_stage" not in args
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+
+    r = check_torchtitan(args, 8, num_layers=32)
+    assert r.ok and r.details["virtual_stages"] == 8 and r.details["stage_layers"] == list(split), r.line()
