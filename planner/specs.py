@@ -668,7 +668,9 @@ class TrainingSpec(_Spec):
     attention: Literal["flash", "eager"] = "flash"
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
     kernels: Literal["fused", "unfused"] = "fused"
-    """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': eager PyTorch."""
+    """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': PyTorch's own
+    kernels as FSDP trainers run them (llm-foundry; torchtitan, whose compiled blocks it predicts:
+    planner.torchtitan_engine.KERNELS)."""
     cross_entropy: Literal["fp32", "fused"] = "fp32"
     """The loss kernel: 'fp32' works on an FP32 copy of the logits (Megatron's vocab-parallel cross
     entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
