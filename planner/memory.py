@@ -703,7 +703,9 @@ def stage_static_items(
     """The items that depend on the ZeRO stage: weights, gradients, Adam states, ZeRO-3 buffers.
 
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
-    fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage == 3
+    # torchtitan applies FSDP2 for ZeRO-3 and for replication alike (a replicate x 1 mesh: the
+    # "shard" is the whole weight) [torchtitan 0.3 models/llama3/parallelize.py: apply_fsdp_to_decoder]
+    fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage in (0, 3)
     master = FSDP2_PARAM_BYTES if fsdp2 else 0  # FSDP2's sharded FP32 weight is Adam's master
     st = sharded_static_memory(param_shards(model, layout, stage, layers), grad_dtype=training.grad_dtype,
                                zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
@@ -724,7 +726,7 @@ def stage_static_items(
     # mixed_precision_reduce is float32]
     pipelined = fsdp2 and layout.pp > 1
     out = model.vocab_size * model.hidden_size / layout.tp if fsdp2 and stage == layout.pp - 1 else 0.0
-    if layout.zero_stage == 3:  # FP8 where the weights are gathered in FP8 (norms are negligible)
+    if layout.zero_stage == 3 or fsdp2:  # FP8 where the weights are gathered in FP8 (norms are negligible)
         per = 1 if training.fp8_param_gather else PARAM_BYTES
         n = layers if pipelined else ZERO3_PREFETCH_LAYERS
         what = f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"
@@ -742,7 +744,7 @@ def stage_static_items(
         items.append(MemoryItem("fsdp2_output_layer", 2 * out * PARAM_BYTES, "the output layer gathered (its FSDP "
                                 "unit is not resharded after forward) and its unsharded bf16 gradient, at the start "
                                 "of backward"))
-    if pipelined:
+    if pipelined and layout.zero_stage == 3:  # replicated, the gradients item is that whole FP32 gradient
         unsharded = sum(sh.params for sh in param_shards(model, layout, stage, layers))
         items.append(MemoryItem("fsdp2_pipeline_grads", FSDP2_ACCUMULATED_GRAD_BYTES * unsharded,
                                 "the stage's gradients accumulated unsharded in FP32 until the last backward"))

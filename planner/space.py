@@ -624,6 +624,11 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
             raise PlannerError(f"training.kernels: torchtitan runs PyTorch's kernels (compiled), priced as "
                                f"'{TORCHTITAN_KERNELS}', not '{training.kernels}' (Megatron / Transformer Engine's)")
         update["kernels"] = TORCHTITAN_KERNELS
+    if framework == "torchtitan" and training.grad_dtype != "fp32":
+        # its FSDP2 mixed-precision policy reduces in training.mixed_precision_reduce, which takes
+        # only "float32" [torchtitan 0.3 config/configs.py]
+        raise PlannerError(f"training.grad_dtype: torchtitan reduces and keeps gradients in FP32 "
+                           f"(mixed_precision_reduce float32), not '{training.grad_dtype}'")
     return training.model_copy(update=update) if update else training
 
 

@@ -183,6 +183,7 @@ def test_torchtitan_splits_equal_the_enumerator(inst):
     """A torchtitan search over depths no pipeline degree above 1 divides: the CP-SAT model's choice
     among torchtitan's splits equals the brute force over them."""
     model, cluster, training, _ = inst
+    training = training.model_copy(update={"grad_dtype": "fp32"})  # torchtitan reduces in FP32 only
     result = plan(model, cluster, training, top_k=1, structural=False, framework="torchtitan", **SMALL)
     ranked = enumerate_plans(model, cluster, training, framework="torchtitan", constraints=SMALL)
     if not ranked:
@@ -348,3 +349,27 @@ def test_split_without_a_layers_per_stage_value_launches_on_the_schedules_defaul
 
     r = check_torchtitan(args, 8, num_layers=32)
     assert r.ok and r.details["virtual_stages"] == 8 and r.details["stage_layers"] == list(split), r.line()
+
+
+def test_torchtitan_replication_keeps_fsdp2s_bytes():
+    """Replicated (ZeRO-0) on torchtitan is FSDP2 over a replicate x 1 mesh: the FP32 weight is Adam's
+    master (4 B), the FP32 gradient (4 B), m and v (8 B) -- 16 B per parameter, not Megatron's
+    2 + 4 + 12 -- plus the bf16 copies of the two blocks in use and the output layer's unit with its
+    bf16 gradient, as under ZeRO-3 with a shard of one; and the gradients are FP32 (torchtitan's
+    mixed_precision_reduce takes only float32)."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    psi, V, h = m.num_params, 128256, 4096
+    st = planner.evaluate(m, c, _titan(), Layout(dp=8, zero_stage=0, micro_batch_size=1,
+                                                 overlap_grad_reduce=True)).memory.stages[0]
+    assert (st.get("weights"), st.get("gradients"), st.get("optimizer")) == pytest.approx((4 * psi, 4 * psi, 8 * psi))
+    assert st.get("zero3_gather") == 2 * 2 * 218_112_000 and st.get("fsdp2_output_layer") == 2 * V * h * 2
+    megatron = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096),
+                                Layout(dp=8, zero_stage=0, micro_batch_size=1)).memory.stages[0]
+    assert megatron.get("weights") + megatron.get("optimizer") == pytest.approx(14 * psi)
+    with pytest.raises(PlannerError, match=r"training.grad_dtype: torchtitan reduces and keeps gradients in FP32"):
+        framework_training(TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16"), "torchtitan")
+    bf16 = planner.evaluate(m, c, _titan().model_copy(update={"grad_dtype": "bf16"}),
+                            Layout(dp=8, zero_stage=3, micro_batch_size=1))
+    with pytest.raises(PlannerError, match=r"torchtitan: the plan is priced with bf16 gradients"):
+        bf16.to_torchtitan()

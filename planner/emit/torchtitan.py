@@ -52,6 +52,9 @@ def _check(plan: Plan) -> None:
         raise PlannerError(f"torchtitan: the plan is priced with {plan.training.kernels} kernels (Megatron / "
                            f"Transformer Engine's); torchtitan runs PyTorch's ('{KERNELS}'); "
                            "plan with framework='torchtitan'")
+    if plan.training.grad_dtype != "fp32":
+        raise PlannerError(f"torchtitan: the plan is priced with {plan.training.grad_dtype} gradients; torchtitan "
+                           "reduces and keeps them in FP32 (mixed_precision_reduce float32)")
 
 
 def _virtual(plan: Plan) -> tuple[int, ...]:
