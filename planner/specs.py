@@ -703,8 +703,9 @@ class TrainingSpec(_Spec):
     grad_dtype in buckets of max(40M, 1M x dp) parameters); 'deepspeed' = DeepSpeed's engine as the
     DeepSpeed emitter configures it (planner.deepspeed_engine: the optimizer wrapper it builds, its
     500M-element reduce buckets, gradients reduced in the model dtype); 'fsdp2' = PyTorch FSDP2 as
-    torchtitan applies it (ZeRO-3: the sharded FP32 weight is Adam's master, 4 + 4 + 8 B/param, and
-    the output layer's unit stays gathered with its BF16 gradient: planner.memory.stage_static_items).
+    torchtitan applies it, for ZeRO-3 and for replication (ZeRO-0, a shard of one) alike: the FP32
+    weight (shard) is Adam's master, 4 + 4 + 8 B/param, and the output layer's unit stays gathered
+    with its BF16 gradient (planner.memory.stage_static_items, planner.torchtitan_engine).
     A search for framework='deepspeed' or 'torchtitan' sets it."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
