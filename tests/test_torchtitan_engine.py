@@ -373,3 +373,19 @@ def test_torchtitan_replication_keeps_fsdp2s_bytes():
                             Layout(dp=8, zero_stage=3, micro_batch_size=1))
     with pytest.raises(PlannerError, match=r"torchtitan: the plan is priced with bf16 gradients"):
         bf16.to_torchtitan()
+
+
+def test_check_torchtitan_prints_the_layers_its_pipeline_places():
+    """planner check torchtitan --num-layers 30: torchtitan's own pipeline code, default weights 1 and 1,
+    places 7, 8, 8, 7 on 4 stages (the split evaluate fills in)."""
+    pytest.importorskip("torchtitan")
+    import io
+
+    from planner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", "torchtitan", "--world-size", "8", "--num-layers", "30", "--",
+                 "--parallelism.pipeline_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "2",
+                 "--training.disable_cuda_graphs"], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert "stage_layers=[7, 8, 8, 7]" in out.getvalue() and "virtual_stages=4" in out.getvalue()
