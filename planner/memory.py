@@ -17,6 +17,7 @@ from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, reduce_bucket_byte
                                       zero3_gathered_params)
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.torchtitan_engine import uses_torchtitan
 
 __all__ = [
     "StaticMemory",
@@ -705,9 +706,10 @@ def stage_static_items(
     They do not depend on the micro-batch or recomputation (see stage_activation_items)."""
     # torchtitan applies FSDP2 for ZeRO-3 and for replication alike (a replicate x 1 mesh: the
     # "shard" is the whole weight) [torchtitan 0.3 models/llama3/parallelize.py: apply_fsdp_to_decoder]
-    fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage in (0, 3)
+    fsdp2 = uses_torchtitan(training) and layout.zero_stage in (0, 3)
     master = FSDP2_PARAM_BYTES if fsdp2 else 0  # FSDP2's sharded FP32 weight is Adam's master
-    st = sharded_static_memory(param_shards(model, layout, stage, layers), grad_dtype=training.grad_dtype,
+    shards = param_shards(model, layout, stage, layers)
+    st = sharded_static_memory(shards, grad_dtype=training.grad_dtype,
                                zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
                                param_bytes=master or PARAM_BYTES)
     items = [
@@ -745,7 +747,7 @@ def stage_static_items(
                                 "unit is not resharded after forward) and its unsharded bf16 gradient, at the start "
                                 "of backward"))
     if pipelined and layout.zero_stage == 3:  # replicated, the gradients item is that whole FP32 gradient
-        unsharded = sum(sh.params for sh in param_shards(model, layout, stage, layers))
+        unsharded = sum(sh.params for sh in shards)
         items.append(MemoryItem("fsdp2_pipeline_grads", FSDP2_ACCUMULATED_GRAD_BYTES * unsharded,
                                 "the stage's gradients accumulated unsharded in FP32 until the last backward"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):

@@ -219,8 +219,9 @@ def evaluate(
     Returns:
         A Plan (memory ledger, step-time terms, throughput, MFU, warnings).
 
-    On DeepSpeed's engine a pipeline degree that does not divide the layers is priced with the split
-    DeepSpeed computes (space.framework_layout; the Plan's layout carries it, a warning says so).
+    On DeepSpeed's engine or torchtitan a pipeline whose stages do not divide the layers is priced
+    with the split the engine computes (space.framework_layout; the Plan's layout carries it, a
+    warning says so).
 
     Raises:
         InvalidLayout: the layout breaks a product or divisibility rule (with the arithmetic).

@@ -46,6 +46,7 @@ def uses_torchtitan(training: TrainingSpec) -> bool:
     """The plan runs on torchtitan (FSDP2 as torchtitan applies it: TrainingSpec.optimizer_impl)."""
     return training.optimizer_impl == "fsdp2"
 
+
 DEFAULT_END_WEIGHTS = (1, 1)
 """torchtitan's pipeline_parallel_first_stage_less_layers and _last_stage_less_layers defaults."""
 
@@ -96,21 +97,26 @@ def _launchable(num_layers: int, pp: int, vpp: int, first_less: int, last_less: 
     return vpp in (1, 2) or layers_per_stage(num_layers, pp * vpp, first_less, last_less) is not None
 
 
+def _weighted_splits(num_layers: int, pp: int, vpp: int):
+    """((first_less, last_less), layers per virtual stage) for every pair of weights within
+    MAX_END_WEIGHT that torchtitan accepts and the emitter can launch on pp x vpp stages, the fewest
+    in total first, then the smaller first weight."""
+    for total in range(2 * MAX_END_WEIGHT + 1):
+        for a in range(max(0, total - MAX_END_WEIGHT), min(total, MAX_END_WEIGHT) + 1):
+            b = total - a
+            if not _launchable(num_layers, pp, vpp, a, b):
+                continue
+            try:
+                yield (a, b), stage_split(num_layers, pp * vpp, a, b)
+            except SpecError:
+                continue
+
+
 def end_weights(num_layers: int, pp: int, vpp: int, split: tuple[int, ...]) -> tuple[int, int] | None:
     """The (first_less, last_less) weights, each within MAX_END_WEIGHT, with which torchtitan places
     the layers over pp x vpp stages as `split` does (the fewest in total, then the smaller first),
     or None where no weights do."""
-    stages = pp * vpp
-    for total in range(2 * MAX_END_WEIGHT + 1):
-        for a in range(max(0, total - MAX_END_WEIGHT), min(total, MAX_END_WEIGHT) + 1):
-            b = total - a
-            try:
-                made = stage_split(num_layers, stages, a, b)
-            except SpecError:
-                continue
-            if made == tuple(split) and _launchable(num_layers, pp, vpp, a, b):
-                return a, b
-    return None
+    return next((w for w, made in _weighted_splits(num_layers, pp, vpp) if made == tuple(split)), None)
 
 
 @lru_cache(maxsize=4096)
@@ -120,17 +126,8 @@ def rank_splits(num_layers: int, pp: int, vpp: int) -> dict[tuple[int, ...], tup
     (stage s on rank s % pp, [Ranks]); where weights differ but the ranks' counts agree, the split
     made with the fewest weight is kept, in end_weights' order."""
     out: dict[tuple[int, ...], tuple[int, ...]] = {}
-    stages = pp * vpp
-    for total in range(2 * MAX_END_WEIGHT + 1):
-        for a in range(max(0, total - MAX_END_WEIGHT), min(total, MAX_END_WEIGHT) + 1):
-            b = total - a
-            if not _launchable(num_layers, pp, vpp, a, b):
-                continue
-            try:
-                split = stage_split(num_layers, stages, a, b)
-            except SpecError:
-                continue
-            ranks = tuple(sum(split[c * pp + r] for c in range(vpp)) for r in range(pp))
-            if min(ranks) >= 1:  # the first weights to make a split are the ones end_weights finds
-                out.setdefault(ranks, split)
+    for _, split in _weighted_splits(num_layers, pp, vpp):
+        ranks = tuple(sum(split[c * pp + r] for c in range(vpp)) for r in range(pp))
+        if min(ranks) >= 1:  # the first weights to make a split are the ones end_weights finds
+            out.setdefault(ranks, split)
     return out
