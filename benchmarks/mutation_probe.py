@@ -83,8 +83,8 @@ MUTANTS = [
      "FSDP2 under torchtitan's pipeline gathers in every micro-batch"),
     ("planner/space.py", "grad, param, p2p = zero == 0 and pp == 1, False,", "grad, param, p2p = zero == 0, False,",
      "torchtitan's pipeline reduces replicated gradients beside the last backward"),
-    ("planner/memory.py", 'fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage in (0, 3)',
-     'fsdp2 = training.optimizer_impl == "fsdp2" and layout.zero_stage == 3',
+    ("planner/memory.py", "fsdp2 = uses_torchtitan(training) and layout.zero_stage in (0, 3)",
+     "fsdp2 = uses_torchtitan(training) and layout.zero_stage == 3",
      "torchtitan's replication priced with Megatron's bytes"),
     ("planner/uncertainty.py", '        return "moe"\n', '        return "dense"\n', "MoE jobs carry the dense runs' error"),
     ("planner/comm.py", "intra = max(0, twice * (group.size - 1) - inter)", "intra = 0",
@@ -120,7 +120,7 @@ MUTANTS = [
     # torchtitan's per-op checkpointing (Recompute.OP)
     ("planner/memory.py", "saved += 2 * sb * f / tp + 2 * sb * h  # w1 output", "saved += 2 * sb * f / tp  # w1 output",
      "op AC: w2's output not kept"),
-    ("planner/cost.py", "op_tp = tp_fwd * (ag / (ag + rs) if tp > 1 and sequence_parallel else 1.0)", "op_tp = tp_fwd",
+    ("planner/cost.py", "ag_fwd = tp_fwd * (ag / (ag + rs) if sequence_parallel else 1.0)", "ag_fwd = tp_fwd",
      "op AC re-runs the kept reduce-scatters"),
     ("planner/cost.py", "op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp", "op_rc = op_gemm + op_tp",
      "op AC: elementwise recompute free"),
@@ -168,9 +168,10 @@ MUTANTS = [
     # FSDP2 as torchtitan applies it
     ("planner/memory.py", "master = FSDP2_PARAM_BYTES if fsdp2 else 0", "master = 0",
      "FSDP2: Megatron's 18 B/param (no FP32 master shard)"),
-    ("planner/memory.py", 'items.append(MemoryItem("fsdp2_output_layer", 2 * out,', 'items.append(MemoryItem("fsdp2_output_layer", out,',
+    ("planner/memory.py", 'items.append(MemoryItem("fsdp2_output_layer", 2 * out * PARAM_BYTES,',
+     'items.append(MemoryItem("fsdp2_output_layer", out * PARAM_BYTES,',
      "FSDP2: the output layer's unsharded gradient free"),
-    ("planner/memory.py", "n = layers if fsdp2 and layout.pp > 1 else ZERO3_PREFETCH_LAYERS", "n = ZERO3_PREFETCH_LAYERS",
+    ("planner/memory.py", "n = layers if pipelined else ZERO3_PREFETCH_LAYERS", "n = ZERO3_PREFETCH_LAYERS",
      "FSDP2: blocks resharded after forward under PP"),
     # GPT-OSS: windows, sinks, biases
     ("planner/cost.py", "return min(s, model.sliding_window + FLASH_KEY_TILE - 1)", "return min(s, model.sliding_window)",
