@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -123,6 +123,12 @@ def format_validation_error(err: ValidationError, what: str) -> str:
     return f"{what}: field '{field}': {rule}"
 
 
+@cache
+def _cached_names(cls: type) -> tuple[str, ...]:
+    """The cached properties of a spec class (its own and inherited)."""
+    return tuple(dict.fromkeys(k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, cached_property)))
+
+
 class _Spec(BaseModel):
     """Base: frozen, unknown keys rejected, field docstrings become descriptions."""
 
@@ -134,6 +140,16 @@ class _Spec(BaseModel):
         except ValidationError as err:
             field, rule = _field_and_rule(err)
             raise SpecError(f"{type(self).__name__}: field '{field}': {rule}", field, rule) from None
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy with `update` applied, whose derived values (cached properties) are computed from its
+        own fields: pydantic copies the instance __dict__, where functools.cached_property keeps them,
+        so without this a copy of a spec whose parameter counts were read keeps the old counts."""
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in _cached_names(type(copy)):
+                copy.__dict__.pop(name, None)
+        return copy
 
     @classmethod
     def load(cls, data: Any, where: str | None = None):

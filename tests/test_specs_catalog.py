@@ -221,3 +221,15 @@ def test_blackwell_ultra_attention_is_gb200s_times_the_measured_kernel_ratio():
     assert ratio == pytest.approx(1.101, abs=1e-3)
     for ref in ("gb300-nvl72", "dgx-b300"):
         assert planner.load_cluster(ref).calibration.attention_efficiency == pytest.approx(gb200 * ratio, abs=5e-4)
+
+
+def test_a_copy_with_other_fields_derives_its_own_counts():
+    """model_copy(update=...) of a spec whose derived counts were already read (cached properties)
+    recomputes them for the copy: GPT-3 175B cut to 70 layers has 70 x (12 h^2 + 13 h) layer
+    parameters plus the 50257 x h embedding and 2048 x h positions and the final norm, h = 12288."""
+    m = planner.load_model("gpt3-175b")
+    assert m.num_params > 1.7e11  # read: now cached on m
+    cut = m.model_copy(update={"num_layers": 70})
+    h = 12288
+    assert cut.num_params == 70 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
+    assert m.num_params == 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
