@@ -26,7 +26,8 @@ import numpy as np
 
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
-from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
+from planner.deepspeed_engine import (GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, accumulation_bytes, uses_deepspeed,
+                                      wrapper)
 from planner.memory import (
     FLOAT8_TP_RECIPES,
     TE_FP8_RECIPES,
@@ -648,11 +649,13 @@ class StageTime:
     p2p: float
     ep_comm: float = 0.0
     """MoE dispatch and combine (EP all-to-all, ETP gather / reduce-scatter)."""
+    grad_accum: float = 0.0
+    """Gradient accumulation outside the backward kernels (DeepSpeed's BF16_Optimizer: stage_accumulation_time)."""
 
     @property
     def total(self) -> float:
         """All terms of the stage."""
-        return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.p2p + self.ep_comm
+        return self.compute + self.recompute + self.tp_comm + self.cp_comm + self.p2p + self.ep_comm + self.grad_accum
 
 
 @dataclass(frozen=True)
@@ -734,9 +737,11 @@ class _Pieces:
     tp_per_layer: float
     cp_per_layer: float
     ep_per_layer: float
-    offsets: tuple[float, float, float, float, float]
-    """The fixed part by term (compute, recompute, TP, CP, EP): the logits, and the leading dense
-    layers' difference from MoE layers on the first rank."""
+    acc_per_layer: float
+    offsets: tuple[float, float, float, float, float, float]
+    """The fixed part by term (compute, recompute, TP, CP, EP, gradient accumulation): the logits, the
+    leading dense layers' difference from MoE layers on the first rank, the embedding's and output
+    layer's gradients."""
 
 
 def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int) -> _Pieces:
@@ -764,8 +769,25 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
                                                     unpaired), (compute, rc, tpc, cpc, epc))]
         weights = (d, recomputed_layers(layout, d), d, d, d)
         offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
-    return _Pieces(compute + tpc + cpc + epc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
-                   tuple(offsets))
+    acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
+    offsets.append(acc_fixed)
+    return _Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
+                   acc, tuple(offsets))
+
+
+def _accumulation_terms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                        dense: int) -> tuple[float, float]:
+    """Gradient accumulation of one micro-batch on rank `stage` as (seconds per layer, fixed seconds):
+    accumulation_bytes per local parameter, memory-bound; the rank's parameters are affine in its
+    layer count (param_shards at dense and dense + 1 layers give the slope and the embedding's or
+    output layer's part)."""
+    per_param = accumulation_bytes(training, layout)
+    if not per_param:
+        return 0.0, 0.0
+    held = [sum(sh.params for sh in param_shards(model, layout, stage, n)) for n in (dense, dense + 1)]
+    hbm = cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency
+    slope = (held[1] - held[0]) * per_param / hbm
+    return slope, held[0] * per_param / hbm - dense * slope
 
 
 def _layer_terms(lt: LayerTime, layout: Layout, unpaired: float = 1.0) -> tuple[float, float, float, float, float]:
@@ -795,7 +817,8 @@ def _time(layout: Layout, q: _Pieces, stage: int, layers: int) -> StageTime:
     o = q.offsets
     return StageTime(stage, layers, layers * q.compute_per_layer + o[0],
                      recomputed_layers(layout, layers) * q.per_recomputed + o[1], layers * q.tp_per_layer + o[2],
-                     layers * q.cp_per_layer + o[3], max(0.0, q.p2p - q.p2p_hidden * layers), layers * q.ep_per_layer + o[4])
+                     layers * q.cp_per_layer + o[3], max(0.0, q.p2p - q.p2p_hidden * layers), layers * q.ep_per_layer + o[4],
+                     layers * q.acc_per_layer + o[5])
 
 
 def stage_coefficients(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
@@ -813,12 +836,14 @@ def stage_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
 def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> PipelineTime:
     """Compute, recompute, TP, CP and p2p time per stage, and the pipeline built from them.
 
-    Reads every layout field except zero_stage (whose cost is in dp_time and optimizer_time).
+    Reads zero_stage only through the gradient accumulation (deepspeed_engine.accumulation_bytes);
+    its other costs are in dp_time and optimizer_time.
     """
     layers = stage_layers(model, layout)
     p = layout.pp
-    # a rank's pieces depend on whether it is the last (the logits) and on its dense layers only
-    kinds = [(i == p - 1, dense_layers_on(model, layout, i)) for i in range(p)]
+    # a rank's pieces depend on whether it is the first (the embedding's gradients) or the last (the
+    # logits, the output layer's gradients) and on its dense layers only
+    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i)) for i in range(p)]
     first = {k: i for i, k in reversed(list(enumerate(kinds)))}
     by_kind = {k: _pieces(model, cluster, training, layout, i) for k, i in first.items()}
     pieces = [by_kind[k] for k in kinds]

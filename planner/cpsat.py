@@ -2,7 +2,9 @@
 
 Rows first (integer coefficients from the same functions evaluate() uses, planner.cost and
 planner.memory; nothing here prices a whole layout):
-    pipeline rows, one per (shape, recompute): per rank, the micro-batch time as
+    pipeline rows, one per (shape, recompute) -- and per group of ZeRO stages where the stage changes
+        the micro-batch time (DeepSpeed's BF16_Optimizer accumulates gradients at ZeRO-1 only; such a
+        row pairs with its stages' static rows only): per rank, the micro-batch time as
         StageCoefficients (per layer, per recomputed layer, fixed, exposed p2p) and the
         activation memory as KiB per layer + fixed KiB (its in-flight micro-batches included);
     static rows, one per (shape, ZeRO stage): per rank, weights/gradients/optimizer KiB per
@@ -36,6 +38,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from planner.cost import StageCoefficients, us_units, stage_coefficients, stage_optimizer_time, stage_update_time
+from planner.deepspeed_engine import accumulation_bytes
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
 from planner.space import Space, first_rank_min_layers
@@ -78,6 +81,18 @@ class PipeRow:
     """A lower bound on the pipeline term over every split (see _pipe_lower)."""
     act: tuple[tuple[int, int], ...] | None = None
     """Per rank: (KiB per layer, fixed KiB) of the non-static items (None until materialised)."""
+    zeros: frozenset[int] | None = None
+    """The ZeRO stages whose static rows this row pairs with, where the micro-batch time depends on
+    the stage (DeepSpeed's BF16_Optimizer accumulates at ZeRO-1 only: _zero_classes); None: every one."""
+
+    @property
+    def zero(self) -> int:
+        """The ZeRO stage of the layout that priced the row (the smallest it pairs with; 0 for all)."""
+        return min(self.zeros) if self.zeros else 0
+
+    def pairs_with(self, zero: int) -> bool:
+        """Whether a static row of this ZeRO stage goes with this row."""
+        return self.zeros is None or zero in self.zeros
 
 
 @dataclass
@@ -124,7 +139,8 @@ class Rows:
             by_shape: dict[int, list[int]] = {}
             for j, row in enumerate(self.static):
                 by_shape.setdefault(row.shape, []).append(j)
-            out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())]
+            out = [(i, j) for i, row in enumerate(self.pipe) for j in by_shape.get(row.shape, ())
+                   if row.pairs_with(self.static[j].zero)]
             self._first = {ij: self.lower(*ij) for ij in out}
             self._pairs = sorted(out, key=lambda ij: (self._first[ij], ij))
         return self._pairs
@@ -184,7 +200,7 @@ class Rows:
             row = self.pipe[i]
             if row.act is None:
                 sh = self.space.shapes[row.shape]
-                lay = self.space.layouts(sh, None, self.space.rc_options(sh)[row.rc], 0)
+                lay = self.space.layouts(sh, None, self.space.rc_options(sh)[row.rc], row.zero)
                 row.act = _activation_rows(model, cluster, training, lay, row.min_layers)
         for j in sorted({j for _, j in pairs}):
             row = self.static[j]
@@ -286,22 +302,34 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
             break
         p = sh.pp
         for ri, rc in enumerate(space.rc_options(sh)):
-            lay = space.layouts(sh, None, rc, 0)
-            kind, lo = _rc_kind(rc)
-            coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
-            times = tuple(coef[_position(r, p)] for r in range(p))
-            first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
-            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0)
-            row.lower = _pipe_lower(L, row)
-            if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
-                t.too_slow += 1
-                continue
-            t.pipe.append(row)
+            for zeros in _zero_classes(training, space, sh, rc):
+                lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
+                kind, lo = _rc_kind(rc)
+                coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
+                times = tuple(coef[_position(r, p)] for r in range(p))
+                first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
+                row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros)
+                row.lower = _pipe_lower(L, row)
+                if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
+                    t.too_slow += 1
+                    continue
+                t.pipe.append(row)
         for z in space.zeros[sh.pp]:
             lay = space.layouts(sh, None, ("none", None), z)
             lower = us_units(stage_optimizer_time(model, cluster, training, lay, min(1, p - 1), -(-L // p)))
             t.static.append(StaticRow(si, z, lower))
     return t
+
+
+def _zero_classes(training: TrainingSpec, space: Space, sh, rc) -> list[frozenset[int] | None]:
+    """The shape's ZeRO stages grouped by what they add to the micro-batch time (cost's gradient
+    accumulation, deepspeed_engine.accumulation_bytes): [None] where no stage adds anything, so one
+    pipeline row serves every static row; else one row per group."""
+    zs = space.zeros[sh.pp]
+    per = {z: accumulation_bytes(training, space.layouts(sh, None, rc, z)) for z in zs}
+    if not any(per.values()):
+        return [None]
+    return [frozenset(z for z in zs if per[z] == v) for v in dict.fromkeys(per[z] for z in zs)]
 
 
 def _positions(p: int) -> list[int]:

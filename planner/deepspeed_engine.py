@@ -22,7 +22,11 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
               __params_to_release keeps a parameter reused within max_reuse_distance; prefetching
               stays under max_live_parameters).
     [BF16]    bf16_optimizer.py: BF16_Optimizer (an FP32 gradient buffer of the whole model and the
-              FP32 master partition: the ledger's ZeRO-1 bytes; no reduce bucket).
+              FP32 master partition: the ledger's ZeRO-1 bytes; no reduce bucket); backward_prologue
+              (clear_lp_grads: torch._foreach_zero_ of every BF16 gradient) and backward_epilogue
+              (update_hp_grads: hp_grad.add_(lp.grad.to(float32)) per parameter), called around every
+              micro-batch's backward by engine.py: _backward_prologue / _backward_epilogue and, on the
+              pipeline's other stages, by pipe/engine.py: PipelineEngine._exec_backward_pass.
     [Pipe]    pipe/module.py: PipelineModule._partition_layers ('type:<regex>': weight 1 for every
               layer spec whose class matches, 0 for the rest, then utils.py: partition_balanced, a
               linear-partition dynamic programme minimising the largest minus the smallest part,
@@ -38,7 +42,7 @@ from enum import StrEnum
 from functools import lru_cache
 
 from planner.errors import SpecError
-from planner.specs import Layout, TrainingSpec
+from planner.specs import Layout, TrainingSpec, num_microbatches
 
 __all__ = [
     "Wrapper",
@@ -57,6 +61,10 @@ __all__ = [
     "GRAD_WIRE_BYTES",
     "pipeline_split",
     "pipe_spec_weights",
+    "accumulation_bytes",
+    "BF16_ACCUMULATION_BYTES",
+    "FP16_ACCUMULATION_BYTES",
+    "FP16_FIRST_CAST_BYTES",
 ]
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -76,6 +84,27 @@ parameters that prefetching respects [Zero3P]."""
 GRAD_WIRE_BYTES = 2
 """Bytes per gradient element on the wire: DeepSpeed reduces in communication_data_type, the
 model's 16-bit dtype unless configured (the emitter does not), even where it accumulates FP32 [Engine]."""
+
+
+BF16_ACCUMULATION_BYTES = 2 + 6 + 6 + 12
+"""HBM bytes per local parameter BF16_Optimizer moves around every micro-batch's backward, outside
+the backward's own kernels [BF16]: zeroing the BF16 gradient before it (write 2); autograd adding
+the weight gradient into that existing tensor in place, read 2 + 2, write 2 [torch
+csrc/autograd/functions/accumulate_grad.h: accumulateGrad, 'variable_grad += new_grad' once the grad
+is defined] -- Megatron-DeepSpeed's linears return their weight gradient to autograd (its
+gradient-accumulation fusion is commented out, deepspeedai/Megatron-DeepSpeed@4efb479
+megatron/core/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward);
+lp.grad.to(float32), read 2, write 4; and hp_grad.add_ of that copy, read 4 + 4, write 4."""
+
+
+FP16_ACCUMULATION_BYTES = 6 + 12
+"""HBM bytes per parameter the ZeRO optimizer spends at stage 1 when FP16 weights accumulate FP32
+gradients (use_grad_accum_attribute) in each micro-batch after the first [Zero12:
+_fill_param_grad_accum_attribute, run by the gradient hook]: param.grad.to(float32), read 2, write 4,
+added into param.grad_accum, read 4 + 4, write 4; param.grad is then dropped, so autograd writes the
+next micro-batch's afresh."""
+FP16_FIRST_CAST_BYTES = 6
+"""The first micro-batch's: param.grad_accum = param.grad.to(float32), read 2, write 4."""
 
 
 class Wrapper(StrEnum):
@@ -125,6 +154,24 @@ def wrapper(training: TrainingSpec, layout: Layout) -> Wrapper:
     if zero == 1 and fp32_accum and training.precision == "bf16":
         return Wrapper.BF16
     return Wrapper.ZERO
+
+
+def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
+    """HBM bytes per local parameter that gradient accumulation costs in a micro-batch (the step's
+    average) beyond the backward kernels, at ZeRO-1: BF16_ACCUMULATION_BYTES under BF16_Optimizer;
+    FP16 weights accumulating FP32 (the ZeRO optimizer's grad_accum attribute) FP16_ACCUMULATION_BYTES
+    in every micro-batch but the first, which only casts (FP16_FIRST_CAST_BYTES). 0 otherwise
+    (ASSUMPTION: autograd's in-place add of later micro-batches into a 16-bit grad, 6 B, and ZeRO-2's
+    accumulation into its 1/dp partitions are not priced)."""
+    if not uses_deepspeed(training) or layout.zero_stage != 1:
+        return 0.0
+    w = wrapper(training, layout)
+    if w == Wrapper.BF16:
+        return BF16_ACCUMULATION_BYTES
+    if training.precision == "fp16" and training.grad_dtype == "fp32":
+        m = num_microbatches(training, layout)
+        return (FP16_FIRST_CAST_BYTES + (m - 1) * FP16_ACCUMULATION_BYTES) / m
+    return 0.0
 
 
 def zero0_runs(training: TrainingSpec) -> bool:

@@ -60,6 +60,7 @@ class StepTime:
             "tp_comm": m * st.tp_comm,
             "cp_comm": m * st.cp_comm,
             "ep_comm": m * st.ep_comm,
+            "grad_accum": m * st.grad_accum,
             "pp_p2p": m * st.p2p,
             "pp_bubble": self.pipeline.bubble,
             "dp_comm": self.dp_exposed,
