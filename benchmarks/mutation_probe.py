@@ -173,6 +173,8 @@ MUTANTS = [
      "the first rank's pieces shared with the middle ones (its embedding's accumulation on every rank)"),
     ("planner/cpsat.py", "    if not any(per.values()):\n        return [None]", "    if True:\n        return [None]",
      "CP-SAT: one pipeline row for every ZeRO stage (ZeRO-1's accumulation priced at ZeRO-0/2)"),
+    ("planner/torchtitan_engine.py", "    if not uses_torchtitan(training) or layout.pp == 1:\n        return 0.0\n    m = num",
+     "    if True:\n        return 0.0\n    m = num", "FSDP2 under torchtitan's pipeline: the FP32 accumulation free"),
     # FSDP2 as torchtitan applies it
     ("planner/memory.py", "master = FSDP2_PARAM_BYTES if fsdp2 else 0", "master = 0",
      "FSDP2: Megatron's 18 B/param (no FP32 master shard)"),

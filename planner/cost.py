@@ -24,10 +24,10 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner import deepspeed_engine, torchtitan_engine
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
-from planner.deepspeed_engine import (GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, accumulation_bytes, uses_deepspeed,
-                                      wrapper)
+from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
     TE_FP8_RECIPES,
@@ -650,7 +650,7 @@ class StageTime:
     ep_comm: float = 0.0
     """MoE dispatch and combine (EP all-to-all, ETP gather / reduce-scatter)."""
     grad_accum: float = 0.0
-    """Gradient accumulation outside the backward kernels (DeepSpeed's BF16_Optimizer: stage_accumulation_time)."""
+    """Gradient accumulation outside the backward kernels (accumulation_bytes x the rank's parameters)."""
 
     @property
     def total(self) -> float:
@@ -773,6 +773,16 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     offsets.append(acc_fixed)
     return _Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
                    acc, tuple(offsets))
+
+
+def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
+    """HBM bytes per local parameter and micro-batch that the plan's engine spends accumulating
+    gradients outside the backward kernels: DeepSpeed's wrappers (deepspeed_engine.accumulation_bytes),
+    FSDP2 under torchtitan's pipeline (torchtitan_engine.accumulation_bytes); Megatron fuses the
+    accumulation into the weight-gradient GEMM, which adds into the FP32 main_grad in its epilogue
+    (gradient_accumulation_fusion, on unless --no-gradient-accumulation-fusion: Megatron-LM
+    megatron/training/arguments.py; TE's fuse_wgrad_accumulation), 0."""
+    return deepspeed_engine.accumulation_bytes(training, layout) + torchtitan_engine.accumulation_bytes(training, layout)
 
 
 def _accumulation_terms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,

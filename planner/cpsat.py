@@ -37,8 +37,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from planner.cost import StageCoefficients, us_units, stage_coefficients, stage_optimizer_time, stage_update_time
-from planner.deepspeed_engine import accumulation_bytes
+from planner.cost import (StageCoefficients, accumulation_bytes, stage_coefficients, stage_optimizer_time,
+                          stage_update_time, us_units)
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
 from planner.space import Space, first_rank_min_layers

@@ -21,6 +21,14 @@ In distributed/pipeline_parallel.py:
              weight above the smallest share.
     [Ranks]  _get_pp_rank_to_stage_indices_mapping: looped schedules place stage s on rank s % pp
              (the order of Layout.pipeline_layers).
+In torch 2.13 (what torchtitan's pipeline runs on):
+    [NoSync] distributed/pipelining/stage.py: backward_maybe_with_nosync (every micro-batch's
+             backward with set_requires_gradient_sync(False)), perform_reduce_grad (the one
+             reduce-scatter, after the last); distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+             post_backward, _fsdp_param.py: to_accumulated_grad_if_needed (the first micro-batch's
+             BF16 gradient cast to the FP32 reduce dtype, unsharded_grad.to(reduce_dtype)) and
+             accumulate_unsharded_grad_if_needed (each later one added, unsharded_accumulated_grad +=
+             unsharded_param.grad).
 """
 
 from __future__ import annotations
@@ -28,10 +36,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.errors import SpecError
-from planner.specs import TrainingSpec
+from planner.specs import Layout, TrainingSpec, num_microbatches
 
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
-           "end_weights", "rank_splits"]
+           "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -45,6 +53,23 @@ layout are predicted within +1.5 % / +3.4 % (Llama-3-8B on 8 / 128 H100), the ea
 def uses_torchtitan(training: TrainingSpec) -> bool:
     """The plan runs on torchtitan (FSDP2 as torchtitan applies it: TrainingSpec.optimizer_impl)."""
     return training.optimizer_impl == "fsdp2"
+
+
+FIRST_CAST_BYTES = 2 + 4
+"""HBM bytes per parameter of the first micro-batch's cast of the unsharded BF16 gradient to FP32 [NoSync]."""
+ACCUMULATE_BYTES = 4 + 2 + 4
+"""Each later micro-batch's in-place add of the BF16 gradient into the FP32 one: read both, write FP32 [NoSync]."""
+
+
+def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
+    """HBM bytes per local parameter that FSDP2 spends accumulating gradients in a micro-batch (the
+    step's average) under torchtitan's pipeline, which keeps them unsharded in the FP32 reduce dtype
+    until the last backward [NoSync]: (FIRST_CAST_BYTES + (m - 1) ACCUMULATE_BYTES) / m; 0 without a
+    pipeline (each micro-batch reduce-scatters and adds into the 1/dp shard: ASSUMPTION, not priced)."""
+    if not uses_torchtitan(training) or layout.pp == 1:
+        return 0.0
+    m = num_microbatches(training, layout)
+    return (FIRST_CAST_BYTES + (m - 1) * ACCUMULATE_BYTES) / m
 
 
 DEFAULT_END_WEIGHTS = (1, 1)

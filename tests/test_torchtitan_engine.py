@@ -313,6 +313,25 @@ def test_fsdp2_under_torchtitans_pipeline_gathers_once_and_accumulates_fp32_grad
         assert dp_time(m, bare, t, lay) == pytest.approx(want, rel=1e-5)  # the last stage: 4,096 more (its norm)
 
 
+def test_fsdp2_under_torchtitans_pipeline_accumulates_in_fp32_every_micro_batch():
+    """With gradient sync off until the last backward, FSDP2's post-backward casts the first
+    micro-batch's unsharded BF16 gradient to the FP32 reduce dtype (read 2, write 4) and adds each
+    later one into it (read 4 + 2, write 4): Llama-3-8B on pp 2 x dp 8, m = 64 / 8 = 8 micro-batches,
+    (6 + 7 x 10) / 8 = 9.5 B per parameter and micro-batch over the stage's 16 layers and embedding
+    (or 16 layers, final norm and output layer), at the H100's 3.35 TB/s x its STREAM efficiency.
+    Without PP each micro-batch reduce-scatters: no such pass."""
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    hbm = 3350e9 * c.calibration.hbm_efficiency
+    p = planner.evaluate(m, c, _titan(), Layout(tp=1, pp=2, dp=8, zero_stage=3, micro_batch_size=1))
+    per = (2 + 4 + 7 * (4 + 2 + 4)) / 8
+    held = [16 * 218_112_000 + 525_336_576, 16 * 218_112_000 + 4096 + 525_336_576]
+    for st, n in zip(p.time.pipeline.stages, held):
+        assert st.grad_accum == pytest.approx(per * n / hbm, rel=1e-9)
+    flat = planner.evaluate(m, c, _titan(), Layout(tp=1, pp=1, dp=16, zero_stage=3, micro_batch_size=1))
+    assert flat.time.breakdown()["grad_accum"] == 0.0
+
+
 def test_replicated_gradients_under_torchtitans_pipeline_reduce_after_the_last_backward():
     """torchtitan 0.3 replicates with FSDP2 over a replicate x 1 mesh: without PP each unit's
     gradient is reduced as its backward ends (overlapped); under its pipeline gradient sync is off
