@@ -48,6 +48,9 @@ def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: st
     return training.model_copy(update={"fp8": recipe})
 
 
+_ACCUMULATOR = {"deepspeed": "DeepSpeed's optimizer wrapper", "fsdp2": "FSDP2 under torchtitan's pipeline"}
+
+
 def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) -> list[str]:
     """Why this expert parallelism: where its all-to-all runs, what it costs, and the chosen layout
     with EP halved and doubled (priced by evaluate; 'does not fit' / 'illegal' where so)."""
@@ -137,6 +140,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                      f"{pipe.bubble:.2f} s per step.")
     else:
         lines.append("No pipeline parallelism, so no bubble.")
+    acc = b.time.breakdown()["grad_accum"]
+    if acc > 0:
+        lines.append(f"Gradient accumulation: {_ACCUMULATOR.get(b.training.optimizer_impl, 'the engine')} adds each of the "
+                     f"{pipe.num_microbatches} micro-batches' gradients into FP32 outside the backward kernels, "
+                     f"{acc:.2f} s of the step ({acc / b.step_time_s:.0%}); larger micro-batches pay it fewer times.")
     s = training.seq_length
     act = activation_bytes_per_layer(model, lay.micro_batch_size, s, tp=lay.tp, cp=lay.cp,
                                      sequence_parallel=lay.sequence_parallel, attention=training.attention)

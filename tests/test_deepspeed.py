@@ -301,3 +301,14 @@ def test_a_deepspeed_search_pairs_the_accumulation_with_zero1_only():
     assert zero1 and zero2
     assert all(p.time.breakdown()["grad_accum"] > 0 for p in zero1)
     assert all(p.time.breakdown()["grad_accum"] == 0 for p in zero2)
+
+
+def test_explain_names_the_accumulation_it_prices():
+    from planner.explain import explain
+    m, c = planner.load_model("gpt3-1.3b"), planner.load_cluster("dgx-a100-80g")
+    lines = explain(m, c, TrainingSpec(global_batch_size=64, seq_length=2048), framework="deepspeed",
+                    sensitivities=False, zero_stage=1, micro_batch_size=1)
+    line = next(x for x in lines if x.startswith("Gradient accumulation"))
+    assert "DeepSpeed's optimizer wrapper" in line and "micro-batches" in line
+    megatron = explain(m, c, TrainingSpec(global_batch_size=64, seq_length=2048), sensitivities=False)
+    assert not any(x.startswith("Gradient accumulation") for x in megatron)
