@@ -165,7 +165,8 @@ MUTANTS = [
      "DeepSpeed: ZeRO-3 reuse distance counted forward only"),
     ("planner/deepspeed_engine.py", "min(kept + PREFETCH_BUCKET_ELEMENTS, MAX_LIVE_PARAMETERS)", "min(kept, MAX_LIVE_PARAMETERS)",
      "DeepSpeed: ZeRO-3 prefetch bucket free"),
-    ("planner/deepspeed_engine.py", "BF16_ACCUMULATION_BYTES = 2 + 6 + 6 + 12", "BF16_ACCUMULATION_BYTES = 2 + 6 + 6",
+    ("planner/deepspeed_engine.py", "BF16_ACCUMULATION_BYTES = 2 + AUTOGRAD_ADD_BYTES + 6 + 12",
+     "BF16_ACCUMULATION_BYTES = 2 + AUTOGRAD_ADD_BYTES + 6",
      "DeepSpeed: BF16_Optimizer's FP32 add free"),
     ("planner/cost.py", "    slope = (held[1] - held[0]) * per_param / hbm", "    slope = 0.0",
      "DeepSpeed: BF16_Optimizer accumulates the embedding only"),
@@ -173,6 +174,8 @@ MUTANTS = [
      "the first rank's pieces shared with the middle ones (its embedding's accumulation on every rank)"),
     ("planner/cpsat.py", "    if not any(per.values()):\n        return [None]", "    if True:\n        return [None]",
      "CP-SAT: one pipeline row for every ZeRO stage (ZeRO-1's accumulation priced at ZeRO-0/2)"),
+    ("planner/deepspeed_engine.py", "    return (m - 1) * AUTOGRAD_ADD_BYTES / m", "    return 0.0",
+     "DeepSpeed: autograd's in-place add of later micro-batches free"),
     ("planner/torchtitan_engine.py", "    if not uses_torchtitan(training) or layout.pp == 1:\n        return 0.0\n    m = num",
      "    if True:\n        return 0.0\n    m = num", "FSDP2 under torchtitan's pipeline: the FP32 accumulation free"),
     # FSDP2 as torchtitan applies it

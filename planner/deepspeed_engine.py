@@ -63,6 +63,7 @@ __all__ = [
     "pipe_spec_weights",
     "accumulation_bytes",
     "BF16_ACCUMULATION_BYTES",
+    "AUTOGRAD_ADD_BYTES",
     "FP16_ACCUMULATION_BYTES",
     "FP16_FIRST_CAST_BYTES",
 ]
@@ -86,15 +87,19 @@ GRAD_WIRE_BYTES = 2
 model's 16-bit dtype unless configured (the emitter does not), even where it accumulates FP32 [Engine]."""
 
 
-BF16_ACCUMULATION_BYTES = 2 + 6 + 6 + 12
+AUTOGRAD_ADD_BYTES = 2 + 2 + 2
+"""HBM bytes per parameter of autograd adding a weight gradient into an existing .grad in place, read
+2 + 2, write 2 [torch csrc/autograd/functions/accumulate_grad.h: accumulateGrad, 'variable_grad +=
+new_grad' once the grad is defined; a fresh one is stolen, no copy]. Megatron-DeepSpeed's linears
+return their weight gradient to autograd (its gradient-accumulation fusion is commented out,
+deepspeedai/Megatron-DeepSpeed@4efb479 megatron/core/tensor_parallel/layers.py:
+LinearWithGradAccumulationAndAsyncCommunication.backward)."""
+
+BF16_ACCUMULATION_BYTES = 2 + AUTOGRAD_ADD_BYTES + 6 + 12
 """HBM bytes per local parameter BF16_Optimizer moves around every micro-batch's backward, outside
 the backward's own kernels [BF16]: zeroing the BF16 gradient before it (write 2); autograd adding
-the weight gradient into that existing tensor in place, read 2 + 2, write 2 [torch
-csrc/autograd/functions/accumulate_grad.h: accumulateGrad, 'variable_grad += new_grad' once the grad
-is defined] -- Megatron-DeepSpeed's linears return their weight gradient to autograd (its
-gradient-accumulation fusion is commented out, deepspeedai/Megatron-DeepSpeed@4efb479
-megatron/core/tensor_parallel/layers.py: LinearWithGradAccumulationAndAsyncCommunication.backward);
-lp.grad.to(float32), read 2, write 4; and hp_grad.add_ of that copy, read 4 + 4, write 4."""
+the weight gradient into that zeroed tensor (AUTOGRAD_ADD_BYTES); lp.grad.to(float32), read 2,
+write 4; and hp_grad.add_ of that copy, read 4 + 4, write 4."""
 
 
 FP16_ACCUMULATION_BYTES = 6 + 12
@@ -158,20 +163,23 @@ def wrapper(training: TrainingSpec, layout: Layout) -> Wrapper:
 
 def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     """HBM bytes per local parameter that gradient accumulation costs in a micro-batch (the step's
-    average) beyond the backward kernels, at ZeRO-1: BF16_ACCUMULATION_BYTES under BF16_Optimizer;
-    FP16 weights accumulating FP32 (the ZeRO optimizer's grad_accum attribute) FP16_ACCUMULATION_BYTES
-    in every micro-batch but the first, which only casts (FP16_FIRST_CAST_BYTES). 0 otherwise
-    (ASSUMPTION: autograd's in-place add of later micro-batches into a 16-bit grad, 6 B, and ZeRO-2's
-    accumulation into its 1/dp partitions are not priced)."""
-    if not uses_deepspeed(training) or layout.zero_stage != 1:
-        return 0.0
-    w = wrapper(training, layout)
+    average over its m micro-batches) beyond the backward kernels:
+    - BF16_Optimizer (ZeRO-1): BF16_ACCUMULATION_BYTES in every micro-batch;
+    - the ZeRO optimizer at stage 1 with FP16 weights accumulating FP32 (its grad_accum attribute):
+      FP16_FIRST_CAST_BYTES in the first micro-batch, FP16_ACCUMULATION_BYTES in each later one;
+    - FP16_Optimizer (ZeRO-0) and stage 1 accumulating in the model dtype: the gradients stay in .grad
+      until the step (reduced at the boundary, then set to None by zero_grad) [Zero12:
+      reduce_ready_partitions_and_remove_grads; fp16/fused_optimizer.py: zero_grad], so each micro-batch
+      after the first pays AUTOGRAD_ADD_BYTES.
+    0 for ZeRO-2 and 3 (ASSUMPTION: the accumulation into their 1/dp partitions is not priced)."""
+    if not uses_deepspeed(training) or layout.zero_stage > 1 or (layout.zero_stage == 0 and not zero0_runs(training)):
+        return 0.0  # (ZeRO-0 that DeepSpeed would not run is refused by the layout checks)
+    w, m = wrapper(training, layout), num_microbatches(training, layout)
     if w == Wrapper.BF16:
         return BF16_ACCUMULATION_BYTES
-    if training.precision == "fp16" and training.grad_dtype == "fp32":
-        m = num_microbatches(training, layout)
+    if layout.zero_stage == 1 and training.precision == "fp16" and training.grad_dtype == "fp32":
         return (FP16_FIRST_CAST_BYTES + (m - 1) * FP16_ACCUMULATION_BYTES) / m
-    return 0.0
+    return (m - 1) * AUTOGRAD_ADD_BYTES / m
 
 
 def zero0_runs(training: TrainingSpec) -> bool:

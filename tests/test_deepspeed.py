@@ -253,11 +253,28 @@ def test_fp16_zero1_accumulates_an_fp32_copy_after_the_first_micro_batch():
 
 
 @pytest.mark.parametrize("training,layout", [
+    (_ds(grad_dtype="bf16"), Layout(tp=2, dp=4, zero_stage=1, micro_batch_size=4)),  # ZeRO-1, 16-bit accumulation
+    (_ds(precision="fp16", grad_dtype="bf16"), Layout(tp=2, dp=4, zero_stage=0, micro_batch_size=4)),  # FP16_Optimizer
+])
+def test_16bit_accumulation_adds_into_grad_after_the_first_micro_batch(training, layout):
+    """Accumulating in the model dtype, the gradients stay in .grad until the step (stage 1 reduces at
+    the boundary; zero_grad sets them to None): the first micro-batch's is stolen by autograd, each
+    of the m - 1 later ones added in place (read 2 + 2, write 2): 6 x 3 / 4 = 4.5 B per parameter and
+    micro-batch on average at m = 4."""
+    m, c = planner.load_model("gpt3-1.3b"), planner.load_cluster("dgx-a100-80g")
+    layers, emb, final_norm = _gpt_params(24, 2048, 50257, 2048)
+    hbm = c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency
+    p = evaluate(m, c, training.model_copy(update={"seq_length": 2048}), layout)
+    assert p.time.pipeline.num_microbatches == 4
+    per = ACCUMULATE_GRAD * 3 / 4
+    assert p.time.pipeline.stages[0].grad_accum == pytest.approx(per * (layers + emb + final_norm) / 2 / hbm, rel=1e-9)
+
+
+@pytest.mark.parametrize("training,layout", [
     (TrainingSpec(global_batch_size=64, seq_length=2048), Layout(dp=8, zero_stage=1)),  # Megatron: fused into wgrad
     (_ds(), Layout(dp=8, zero_stage=2)),  # DeepSpeedZeroOptimizer: reduces into its partitions
-    (_ds(grad_dtype="bf16"), Layout(dp=8, zero_stage=1)),  # BF16 accumulation: DeepSpeedZeroOptimizer
     (_ds(), Layout(dp=8, zero_stage=3)),
-    (_ds(precision="fp16", grad_dtype="bf16"), Layout(dp=8, zero_stage=0)),  # FP16_Optimizer: 16-bit grads
+    (_ds(grad_dtype="bf16"), Layout(dp=8, zero_stage=1, micro_batch_size=8)),  # one micro-batch: nothing to add
 ])
 def test_no_accumulation_pass_where_the_engine_does_not_copy(training, layout):
     m, c = planner.load_model("gpt3-1.3b"), planner.load_cluster("dgx-a100-80g")
