@@ -174,6 +174,8 @@ MUTANTS = [
      "the first rank's pieces shared with the middle ones (its embedding's accumulation on every rank)"),
     ("planner/cpsat.py", "    if not any(per.values()):\n        return [None]", "    if True:\n        return [None]",
      "CP-SAT: one pipeline row for every ZeRO stage (ZeRO-1's accumulation priced at ZeRO-0/2)"),
+    ("planner/deepspeed_engine.py", "    return LP_GRAD_BYTES\n", "    return 0.0\n",
+     "DeepSpeed: BF16_Optimizer's BF16 gradients free"),
     ("planner/deepspeed_engine.py", "    return (m - 1) * AUTOGRAD_ADD_BYTES / m", "    return 0.0",
      "DeepSpeed: autograd's in-place add of later micro-batches free"),
     ("planner/torchtitan_engine.py", "    if not uses_torchtitan(training) or layout.pp == 1:\n        return 0.0\n    m = num",

@@ -64,6 +64,8 @@ __all__ = [
     "accumulation_bytes",
     "BF16_ACCUMULATION_BYTES",
     "AUTOGRAD_ADD_BYTES",
+    "LP_GRAD_BYTES",
+    "lp_grad_bytes",
     "FP16_ACCUMULATION_BYTES",
     "FP16_FIRST_CAST_BYTES",
 ]
@@ -180,6 +182,23 @@ def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     if layout.zero_stage == 1 and training.precision == "fp16" and training.grad_dtype == "fp32":
         return (FP16_FIRST_CAST_BYTES + (m - 1) * FP16_ACCUMULATION_BYTES) / m
     return (m - 1) * AUTOGRAD_ADD_BYTES / m
+
+
+LP_GRAD_BYTES = 2
+"""Bytes per parameter of the BF16 .grad tensors BF16_Optimizer keeps beside its FP32 gradient buffer:
+backward_prologue zeroes them (clear_lp_grads without set_to_none), so from the second micro-batch on
+they exist whole when its backward starts; zero_grad after the step frees them [BF16, Engine:
+_take_model_step]."""
+
+
+def lp_grad_bytes(training: TrainingSpec, layout: Layout) -> float:
+    """Bytes per local parameter of 16-bit gradients a wrapper holds at the activation peak beside the
+    gradient buffer the ledger counts: LP_GRAD_BYTES under BF16_Optimizer (ASSUMPTION: also with one
+    micro-batch, where they build up while the activations drain), else 0 (the other wrappers' .grad
+    is that buffer, or is dropped once reduced)."""
+    if not uses_deepspeed(training) or layout.zero_stage != 1 or wrapper(training, layout) != Wrapper.BF16:
+        return 0.0
+    return LP_GRAD_BYTES
 
 
 def zero0_runs(training: TrainingSpec) -> bool:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
-from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, reduce_bucket_bytes, uses_deepspeed, wrapper,
-                                      zero3_gathered_params)
+from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
+                                      wrapper, zero3_gathered_params)
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import uses_torchtitan
@@ -750,6 +750,9 @@ def stage_static_items(
         unsharded = sum(sh.params for sh in shards)
         items.append(MemoryItem("fsdp2_pipeline_grads", FSDP2_ACCUMULATED_GRAD_BYTES * unsharded,
                                 "the stage's gradients accumulated unsharded in FP32 until the last backward"))
+    if per_lp := lp_grad_bytes(training, layout):
+        items.append(MemoryItem("bf16_grads", per_lp * sum(sh.params for sh in shards),
+                                "BF16_Optimizer's BF16 gradients, zeroed (not freed) before each micro-batch's backward"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))
