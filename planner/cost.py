@@ -846,7 +846,7 @@ def stage_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
 def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> PipelineTime:
     """Compute, recompute, TP, CP and p2p time per stage, and the pipeline built from them.
 
-    Reads zero_stage only through the gradient accumulation (deepspeed_engine.accumulation_bytes);
+    Reads zero_stage only through the gradient accumulation (accumulation_bytes);
     its other costs are in dp_time and optimizer_time.
     """
     layers = stage_layers(model, layout)

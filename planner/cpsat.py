@@ -302,12 +302,12 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
             break
         p = sh.pp
         for ri, rc in enumerate(space.rc_options(sh)):
+            kind, lo = _rc_kind(rc)
+            first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
             for zeros in _zero_classes(training, space, sh, rc):
                 lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
-                kind, lo = _rc_kind(rc)
                 coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
                 times = tuple(coef[_position(r, p)] for r in range(p))
-                first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
                 row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros)
                 row.lower = _pipe_lower(L, row)
                 if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
@@ -322,8 +322,8 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
 
 
 def _zero_classes(training: TrainingSpec, space: Space, sh, rc) -> list[frozenset[int] | None]:
-    """The shape's ZeRO stages grouped by what they add to the micro-batch time (cost's gradient
-    accumulation, deepspeed_engine.accumulation_bytes): [None] where no stage adds anything, so one
+    """The shape's ZeRO stages grouped by what they add to the micro-batch time (the gradient
+    accumulation, cost.accumulation_bytes): [None] where no stage adds anything, so one
     pipeline row serves every static row; else one row per group."""
     zs = space.zeros[sh.pp]
     per = {z: accumulation_bytes(training, space.layouts(sh, None, rc, z)) for z in zs}

@@ -174,11 +174,11 @@ def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
       reduce_ready_partitions_and_remove_grads; fp16/fused_optimizer.py: zero_grad], so each micro-batch
       after the first pays AUTOGRAD_ADD_BYTES.
     0 for ZeRO-2 and 3 (ASSUMPTION: the accumulation into their 1/dp partitions is not priced)."""
+    if _runs_bf16_optimizer(training, layout):
+        return BF16_ACCUMULATION_BYTES
     if not uses_deepspeed(training) or layout.zero_stage > 1 or (layout.zero_stage == 0 and not zero0_runs(training)):
         return 0.0  # (ZeRO-0 that DeepSpeed would not run is refused by the layout checks)
-    w, m = wrapper(training, layout), num_microbatches(training, layout)
-    if w == Wrapper.BF16:
-        return BF16_ACCUMULATION_BYTES
+    m = num_microbatches(training, layout)
     if layout.zero_stage == 1 and training.precision == "fp16" and training.grad_dtype == "fp32":
         return (FP16_FIRST_CAST_BYTES + (m - 1) * FP16_ACCUMULATION_BYTES) / m
     return (m - 1) * AUTOGRAD_ADD_BYTES / m
@@ -196,9 +196,14 @@ def lp_grad_bytes(training: TrainingSpec, layout: Layout) -> float:
     gradient buffer the ledger counts: LP_GRAD_BYTES under BF16_Optimizer (ASSUMPTION: also with one
     micro-batch, where they build up while the activations drain), else 0 (the other wrappers' .grad
     is that buffer, or is dropped once reduced)."""
-    if not uses_deepspeed(training) or layout.zero_stage != 1 or wrapper(training, layout) != Wrapper.BF16:
+    if not _runs_bf16_optimizer(training, layout):
         return 0.0
     return LP_GRAD_BYTES
+
+
+def _runs_bf16_optimizer(training: TrainingSpec, layout: Layout) -> bool:
+    """The plan runs on DeepSpeed's BF16_Optimizer (ZeRO-1 only: wrapper)."""
+    return uses_deepspeed(training) and layout.zero_stage == 1 and wrapper(training, layout) == Wrapper.BF16
 
 
 def zero0_runs(training: TrainingSpec) -> bool:
