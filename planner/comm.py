@@ -16,7 +16,7 @@ import numpy as np
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
-__all__ = ["busbw", "collective_time", "latency", "p2p_time", "alltoall_time", "node_dedup_alltoall_time", "OPS"]
+__all__ = ["busbw", "collective_time", "latency", "pat_latency", "p2p_time", "alltoall_time", "node_dedup_alltoall_time", "OPS"]
 
 OPS = ("allreduce", "allgather", "reducescatter")
 
@@ -89,10 +89,26 @@ def latency(cluster: ClusterSpec, group: GroupPlacement, op: str) -> float:
     return min(ring, tree)
 
 
+NCCL_PAT_LOG_HOP_S = 14e-6 / 3.5
+NCCL_PAT_RANK_S = 2.8e-6
+NCCL_PAT_BUSBW = 0.75
+# PAT (NCCL >= 2.23), the all-gather / reduce-scatter algorithm for one GPU per node: latency
+# log2(nodes) x hwLat[NET][PAT] / 3.5 + nRanks x 2.8 us ("still a linear part"), bus bandwidth 0.75
+# of the ring's [NVIDIA/nccl src/graph/tuning.cc: ncclTopoTuneModel, ncclPatEnable (nNodes == nRanks)].
+
+
+def pat_latency(cluster: ClusterSpec, group: GroupPlacement) -> float:
+    """Alpha of a PAT all-gather or reduce-scatter (the constants above; the first inter-node
+    crossing is the tier's own latency, as for the ring)."""
+    return cluster.scaleout.latency + math.log2(group.nodes) * NCCL_PAT_LOG_HOP_S + group.size * NCCL_PAT_RANK_S
+
+
 def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -> float:
     """Seconds for one collective over `group` on an array of `nbytes` (the full, unsharded size).
 
-    Reference: [NCCLTests] t = S / algbw, algbw = busbw / f_op(n); plus latency() (alpha).
+    Reference: [NCCLTests] t = S / algbw, algbw = busbw / f_op(n); plus latency() (alpha). An
+    all-gather or reduce-scatter over one GPU per node takes the faster of the ring and PAT, as
+    NCCL's tuner does.
     """
     n = group.size
     if n <= 1 or nbytes <= 0:
@@ -100,7 +116,11 @@ def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}")
     factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
-    return latency(cluster, group, op) + factor * nbytes / busbw(cluster, group, op, nbytes)
+    wire = factor * nbytes / busbw(cluster, group, op, nbytes)
+    ring = latency(cluster, group, op) + wire
+    if op == "allreduce" or group.tier == "nvlink" or group.per_node != 1 or group.nodes < 2:
+        return ring
+    return min(ring, pat_latency(cluster, group) + wire / NCCL_PAT_BUSBW)
 
 
 def p2p_time(cluster: ClusterSpec, tier: str, nbytes: float) -> float:

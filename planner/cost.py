@@ -40,6 +40,7 @@ from planner.memory import (
     param_shards,
     routed_rows,
     stage_layers,
+    stage_params,
 )
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
@@ -912,6 +913,48 @@ def _shard_group(cluster: ClusterSpec, layout: Layout, shard: ParamShard):
     return placement(cluster, (shard.dp, layout.ep * layout.expert_tp))
 
 
+@dataclass(frozen=True)
+class ShardUnits:
+    """The units in which FSDP-style sharding (ZeRO-2/3 outside DeepSpeed) gathers and reduces one
+    GPU's non-expert parameters (TP slices), one collective per unit and pass, in forward order:
+    the embedding (first rank), one per transformer layer, the output layer with the final norm
+    (last rank). PyTorch FSDP and FSDP2 make one collective per wrapped module and torchtitan wraps
+    the embedding, every block and [norm, output] [torchtitan 0.3.0 distributed/fsdp.py:
+    apply_fsdp_to_decoder; torch 2.13 distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+    FSDPParamGroup.unshard, post_backward]; Megatron-FSDP buckets each TransformerLayer and groups
+    the other parameters apart [Megatron-LM@d98e8a6 megatron/core/distributed/fsdp/
+    mcore_fsdp_adapter.py: fsdp_unit_modules; megatron_fsdp/param_and_grad_buffer.py:
+    _get_parameter_groups]. DeepSpeed's ZeRO-3 fetches each submodule's parameters (its trace,
+    coalesced per step) [DeepSpeed runtime/zero/partitioned_param_coordinator.py: fetch_sub_module]:
+    ASSUMPTION, priced per layer too (a lower bound on its collectives)."""
+
+    embedding: float
+    layer: float
+    layers: int
+    output: float
+
+    def times(self, cluster: ClusterSpec, group, op: str, bytes_per: float, *, output: bool = True) -> tuple[float, float]:
+        """(the unit ready last in backward, all units) seconds of one pass of `op` over the units at
+        `bytes_per` bytes a parameter; `output=False` leaves the output unit out."""
+        def t(params: float) -> float:
+            return collective_time(cluster, group, op, params * bytes_per) if params > 0 else 0.0
+        first = t(self.embedding) if self.embedding > 0 else t(self.layer)
+        total = t(self.embedding) + self.layers * t(self.layer) + (t(self.output) if output else 0.0)
+        return first, total
+
+
+def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> ShardUnits:
+    """ShardUnits of pipeline rank `stage` holding `layers` layers; they add up to stage_params."""
+    p, tp = layout.pp, layout.tp
+    emb = model.embedding_params / tp if stage == 0 else 0.0
+    out = 0.0
+    if stage == p - 1:
+        out = model.output_params + (model.vocab_size * model.hidden_size if model.tied_embeddings and p > 1 else 0)
+        out /= tp
+    rest = stage_params(model, layout, stage, layers) - emb - out
+    return ShardUnits(emb, rest / max(1, layers), layers, out)
+
+
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                   layers: int) -> float:
     """Exposed data-parallel communication of one step on pipeline rank `stage` holding `layers`
@@ -945,31 +988,42 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     groups = [_shard_group(cluster, layout, sh) for sh, _ in pairs]
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
+    units = shard_units(model, layout, stage, layers)
     if layout.zero_stage == 3:  # dense models only (planner.space)
         (sh, gather), group = pairs[0], groups[0]
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
-        rs = collective_time(cluster, group, "reducescatter", sh.params * grad_b)
-        ag = collective_time(cluster, group, "allgather", gather)
+        if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
+            rs = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS, window)[1]
+        else:
+            rs = units.times(cluster, group, "reducescatter", grad_b)[1]
+        ag = units.times(cluster, group, "allgather", gather / sh.params)[1]
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and
             # reduce-scatters once, after the last backward, exposed [torch distributed/pipelining/
             # stage.py: perform_reduce_grad, the schedule's REDUCE_GRAD after every micro-batch]
             return max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs
-        return m * max(0.0, 2 * ag + rs - window)
+        # the backward gathers again, but torchtitan does not reshard [norm, output] after the forward
+        # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder)
+        again = units.times(cluster, group, "allgather", gather / sh.params, output=not uses_torchtitan(training))[1]
+        return m * max(0.0, ag + again + rs - window)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
+    fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
+
+    def buckets(op: str, sh, grp, bytes_per: float, window: float | None) -> tuple[float, float]:
+        if fsdp and sh.axis == "dpcp":
+            return units.times(cluster, grp, op, bytes_per)
+        return _bucket_times(cluster, grp, op, sh.params, bytes_per, _bucket_params(training, sh.dp), window)
     # DeepSpeed's BF16_Optimizer (and FP16_Optimizer) all-reduce the whole gradient after the last
     # backward; its ZeRO optimizer reduces bucket by bucket, reduce_bucket_size elements each
     allreduce = layout.zero_stage == 0 or (deepspeed and wrapper(training, layout) == Wrapper.BF16)
     op = "allreduce" if allreduce else "reducescatter"
-    grads = _exposed([_bucket_times(cluster, grp, op, sh.params, grad_b, _bucket_params(training, sh.dp), bwd)
-                      for (sh, _), grp in zip(pairs, groups)], bwd)
+    grads = _exposed([buckets(op, sh, grp, grad_b, bwd) for (sh, _), grp in zip(pairs, groups)], bwd)
     if layout.zero_stage == 0:
         return grads
     if layout.zero_stage == 2:
         grads *= m
-    return grads + _exposed([_bucket_times(cluster, grp, "allgather", sh.params, g / sh.params,
-                                            _bucket_params(training, sh.dp), fwd)
+    return grads + _exposed([buckets("allgather", sh, grp, g / sh.params, fwd)
                              for (sh, g), grp in zip(pairs, groups)], fwd)
 
 

@@ -161,15 +161,63 @@ def test_interleaving_helps_at_small_m():
     assert inter.step_time_s < plain.step_time_s
 
 
+def _flat_curve(c):
+    """The cluster with every message at its saturated bus bandwidth (time = alpha + bytes / busbw)."""
+    return c.model_copy(update={
+        "nvlink": c.nvlink.model_copy(update={"busbw_curve": [(2**20, 370e9), (2**33, 370e9)]}),
+        "calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+
+
+# NCCL's ring latency for 32 ranks on 4 nodes of 8 (Simple protocol, NVIDIA/nccl src/graph/tuning.cc):
+# 31 steps, 3 of them across nodes at 14 us, the first of those the tier's own 20 us (dgx-h100.yaml
+# scaleout.latency), 28 inside a node at 3.4 us
+RING_32_ON_4_NODES_S = 20e-6 + 2 * 14e-6 + 28 * 3.4e-6
+
+
 def test_zero3_moves_1_5x_the_data_of_zero1():
-    """ZeRO paper §7: ZeRO-3 moves 3 Psi against 2 Psi for ZeRO-1 (bf16 grads, no overlap, m = 1)."""
+    """ZeRO paper §7: ZeRO-3 moves 3 Psi against 2 Psi for ZeRO-1 (bf16 grads, no overlap, m = 1).
+    With the size curve flat only the collectives' latencies differ: ZeRO-1 reduces and gathers the
+    whole buffer once each (no overlap flags), ZeRO-3 gathers each of its 34 units (embedding, 32
+    layers, output layer) twice and reduce-scatters it once [Megatron-FSDP: one bucket per
+    TransformerLayer], 102 collectives against 2."""
     m = planner.load_model("llama3-8b")
-    c = planner.load_cluster("dgx-h100", nodes=4)
-    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    c = _flat_curve(planner.load_cluster("dgx-h100", nodes=4))
     tr = TrainingSpec(global_batch_size=32, seq_length=4096, grad_dtype="bf16")
     z1 = dp_time(m, c, tr, Layout(dp=32, zero_stage=1))
     z3 = dp_time(m, c, tr, Layout(dp=32, zero_stage=3))
-    assert z3 / z1 == pytest.approx(1.5, rel=0.02)  # latency terms are < 2 % at these sizes
+    volume = 2 * m.num_params * 2 * 31 / 32 / 370e9  # ZeRO-1: 2 B/param reduce-scattered, 2 B gathered
+    assert z1 == pytest.approx(volume + 2 * RING_32_ON_4_NODES_S, rel=1e-6)
+    assert z3 == pytest.approx(1.5 * volume + 102 * RING_32_ON_4_NODES_S, rel=1e-6)
+
+
+def test_zero3_latency_grows_with_the_units_and_the_ring():
+    """Per-unit collectives: ZeRO-3 over 32 ranks on 4 nodes pays 102 ring latencies a micro-batch
+    (test above); over 128 ranks on 16 nodes each latency is 20 + 14 x 14 + 112 x 3.4 us, so at equal
+    bytes per rank the step loses 102 x (that - the 32-rank one) seconds, m = 1."""
+    m = planner.load_model("llama3-8b")
+    small = _flat_curve(planner.load_cluster("dgx-h100", nodes=4))
+    big = _flat_curve(planner.load_cluster("dgx-h100", nodes=16))
+    t32 = dp_time(m, small, TrainingSpec(global_batch_size=32, seq_length=4096, grad_dtype="bf16"),
+                  Layout(dp=32, zero_stage=3))
+    t128 = dp_time(m, big, TrainingSpec(global_batch_size=128, seq_length=4096, grad_dtype="bf16"),
+                   Layout(dp=128, zero_stage=3))
+    volume = 3 * m.num_params * 2 / 370e9
+    ring128 = 20e-6 + 14 * 14e-6 + 112 * 3.4e-6
+    assert t128 - t32 == pytest.approx(volume * (127 / 128 - 31 / 32) + 102 * (ring128 - RING_32_ON_4_NODES_S),
+                                       rel=1e-6)
+
+
+def test_torchtitan_keeps_norm_and_output_gathered_for_backward():
+    """torchtitan wraps [norm, output] with reshard_after_forward=False (torchtitan 0.3.0
+    distributed/fsdp.py: apply_fsdp_to_decoder): its backward gathers every unit but that one again,
+    so a micro-batch costs one gather of the output layer and final norm (2 B each) less than Megatron-FSDP's."""
+    m = planner.load_model("llama3-8b")
+    c = _flat_curve(planner.load_cluster("dgx-h100", nodes=4))
+    lay = Layout(dp=32, zero_stage=3)
+    fsdp = dp_time(m, c, TrainingSpec(global_batch_size=32, seq_length=4096), lay)
+    titan = dp_time(m, c, TrainingSpec(global_batch_size=32, seq_length=4096, optimizer_impl="fsdp2"), lay)
+    output_gather = RING_32_ON_4_NODES_S + m.output_params * 2 * 31 / 32 / 370e9  # the final norm with it
+    assert fsdp - titan == pytest.approx(output_gather, rel=1e-6)
 
 
 def test_zero3_costs_more_than_zero1_at_equal_headroom():
@@ -280,12 +328,13 @@ def test_dp_exposed_with_overlap_is_the_last_bucket():
 
 def test_zero2_reduces_gradients_in_every_micro_batch():
     """ZeRO-2 keeps no full gradient buffer, so each of the m = 32 / (8 x 1) = 4 micro-batches
-    reduce-scatters its gradients; the weights are gathered once per step."""
+    reduce-scatters its gradients; the weights are gathered once per step. Megatron-FSDP's
+    optim_grads does both per unit (34: embedding, 32 TransformerLayers, output), each with its alpha."""
     m, c = planner.load_model("llama3-8b"), _flat_h100()
     tr = TrainingSpec(global_batch_size=32, seq_length=4096)
     psi = m.num_params
     t = dp_time(m, c, tr, Layout(dp=8, zero_stage=2))
-    assert t == pytest.approx(4 * _rs(psi * 4) + _rs(psi * 2), rel=1e-9)
+    assert t == pytest.approx(4 * (_rs(psi * 4) + 33 * 25e-6) + _rs(psi * 2) + 33 * 25e-6, rel=1e-9)
 
 
 def test_zero0_all_reduce_overlapped_with_backward():
@@ -337,13 +386,15 @@ def test_ledger_activations_see_context_parallelism():
 
 def test_zero3_gathers_in_every_micro_batch():
     """ZeRO-3 with m = 32 / 8 = 4 micro-batches, no prefetch overlap: each micro-batch gathers the
-    bf16 weights twice (forward, backward) and reduce-scatters fp32 gradients [ZeRO §7]."""
+    bf16 weights twice (forward, backward) and reduce-scatters fp32 gradients [ZeRO §7], one
+    collective per unit (34: embedding, 32 layers, output), each with its alpha."""
     m, c = planner.load_model("llama3-8b"), _flat_h100()
     c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
     tr = TrainingSpec(global_batch_size=32, seq_length=4096)
     psi = m.num_params
     t = dp_time(m, c, tr, Layout(dp=8, zero_stage=3))
-    assert t == pytest.approx(4 * (2 * _rs(psi * 2) + _rs(psi * 4)), rel=1e-9)
+    bandwidth = 7 / 8 * (2 * psi * 2 + psi * 4) / 370e9
+    assert t == pytest.approx(4 * (bandwidth + 3 * 34 * 25e-6), rel=1e-9)
 
 
 def test_interleaved_p2p_is_paid_per_virtual_stage():
@@ -612,3 +663,25 @@ def test_flash_attention_speed_follows_the_causal_length_curve():
     assert flash_length_factor(131072) == pytest.approx(335 / 333, rel=1e-12)
     assert flash_speed_factor(m, 8192, 1) == pytest.approx(1.0, rel=1e-12)
     assert flash_speed_factor(m, 8192, 2) == pytest.approx(319 / 333, rel=1e-12)
+
+
+def test_one_gpu_per_node_gathers_take_pat_where_it_is_faster():
+    """NCCL's tuner (src/graph/tuning.cc) runs all-gather and reduce-scatter over one GPU per node as
+    PAT where that is faster than the ring: alpha log2(nodes) x 14 / 3.5 + nRanks x 2.8 us beside
+    the tier's 20 us, at 0.75 of the ring's bus bandwidth. tp 8 x dp 4 on 4 DGX H100 (flat size
+    curve): each dp group has one GPU per node, its own NIC at 47 GB/s. 1 MiB: ring 20 + 2 x 14 us +
+    3/4 MiB / 47 GB/s, PAT 20 + 8 + 11.2 us + that / 0.75; 1 GiB: the ring."""
+    c = _flat_curve(planner.load_cluster("dgx-h100", nodes=4))
+    g = group_placement(c, Layout(tp=8, dp=4), "dp")
+    assert (g.per_node, g.nodes) == (1, 4)
+    for size, pat_wins in ((2**20, True), (2**30, False)):
+        wire = 3 / 4 * size / 47e9
+        ring, pat = 48e-6 + wire, 39.2e-6 + wire / 0.75
+        assert (pat < ring) == pat_wins
+        for op in ("allgather", "reducescatter"):
+            assert collective_time(c, g, op, size) == pytest.approx(min(ring, pat), rel=1e-9)
+    # two GPUs a node (tp 4 x dp 8) take the ring: 3 steps across nodes, 4 inside at 3.4 us, two NICs
+    g2 = group_placement(c, Layout(tp=4, dp=8), "dp")
+    assert (g2.per_node, g2.nodes) == (2, 4)
+    ring8 = 20e-6 + 2 * 14e-6 + 4 * 3.4e-6 + 7 / 8 * 2**20 / 94e9
+    assert collective_time(c, g2, "allgather", 2**20) == pytest.approx(ring8, rel=1e-9)

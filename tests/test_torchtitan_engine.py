@@ -303,11 +303,13 @@ def test_fsdp2_under_torchtitans_pipeline_gathers_once_and_accumulates_fp32_grad
     # without PP nothing of the kind: two blocks gathered at a time, gradients reduce-scattered as they come
     flat = planner.evaluate(m, c, tr, Layout(tp=1, pp=1, dp=16, zero_stage=3, micro_batch_size=1)).memory.stages[0]
     assert flat.get("fsdp2_pipeline_grads") == 0 and flat.get("zero3_gather") == 2 * 2 * 218_112_000
-    # time: one gather (nothing hides it at dp_overlap 0) and one FP32 reduce-scatter per step
+    # time: one gather (nothing hides it at dp_overlap 0) and one FP32 reduce-scatter per step, per
+    # FSDP unit: the embedding and 16 blocks (the last rank: 16 blocks and [norm, output], 4,096 more)
     bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
     group = group_placement(bare, lay, "dpcp")
-    want = (collective_time(bare, group, "allgather", 2 * stage0 / 8 * 8)
-            + collective_time(bare, group, "reducescatter", 4 * stage0 / 8 * 8))
+    want = sum(n * (collective_time(bare, group, "allgather", 2 * unit)
+                    + collective_time(bare, group, "reducescatter", 4 * unit))
+               for n, unit in ((1, 525_336_576), (16, 218_112_000)))
     for gbs in (64, 512):  # 4 and 32 micro-batches
         t = tr.model_copy(update={"global_batch_size": gbs})
         assert dp_time(m, bare, t, lay) == pytest.approx(want, rel=1e-5)  # the last stage: 4,096 more (its norm)
