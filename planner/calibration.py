@@ -178,7 +178,11 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     vpp = _arg(args, "virtual_pipeline_model_parallel_size", where, default=1)
     bf16 = _arg(args, "bf16", where, kind=bool, default=False)
     fp8 = None
-    if args.get("fp8", "None") != "None":  # --fp8-format given: the recipe (Megatron's default: delayed)
+    if args.get("fp4", "None") not in ("None", None):  # --fp4-format given: NVFP4 is its only priced recipe
+        fp8 = "nvfp4" if args.get("fp4_recipe", "nvfp4") == "nvfp4" else None
+        if fp8 is None:
+            raise LogError(f"{where}: fp4_recipe = {args.get('fp4_recipe')!r} is not one the planner prices")
+    elif args.get("fp8", "None") != "None":  # --fp8-format given: the recipe (Megatron's default: delayed)
         fp8 = args.get("fp8_recipe", "delayed")
         if fp8 not in TE_FP8_RECIPES:
             raise LogError(f"{where}: fp8_recipe = {fp8!r} is not one the planner prices")

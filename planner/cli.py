@@ -112,7 +112,7 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                    help="loss kernel: fp32 logits (Megatron, torch; default) or fused (flash-attn's, llm-foundry's "
                         "default; priced with --framework any, not emitted)")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
-                   help="FP8 linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8 (Blackwell), rowwise "
+                   help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise "
                         "or torchao-tensorwise (torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
     p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
                    help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "

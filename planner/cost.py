@@ -30,7 +30,8 @@ from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_tim
 from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
-    TE_FP8_RECIPES,
+    PARAM_BYTES,
+    TE_RECIPES,
     ParamShard,
     adam_bytes,
     linear_params_per_gpu,
@@ -38,6 +39,7 @@ from planner.memory import (
     dense_layers_on,
     own_norms,
     param_shards,
+    quantized_element_bytes,
     routed_rows,
     stage_layers,
     stage_params,
@@ -246,9 +248,19 @@ def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool = False) -> fl
     return float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
 
 
-def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool = False) -> float:
-    # with fp8, planner.space.check_precision has made sure the FP8 peak and curve exist
-    peak = cluster.gpu.peak_fp8_flops if fp8 else cluster.gpu.peak_bf16_flops
+def gemm_format(training: TrainingSpec) -> str | None:
+    """The format the recipe's linear GEMMs run in: None (BF16/FP16), 'fp8' or 'fp4' (NVFP4)."""
+    if training.fp8 is None:
+        return None
+    return "fp4" if training.fp8 == "nvfp4" else "fp8"
+
+
+def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | None = False) -> float:
+    """GEMM seconds at the peak of `fp8`'s format: BF16 when falsy, FP4 for 'fp4' (its efficiency
+    read off the FP8 curve: ASSUMPTION, no NVFP4 size sweep was published), else FP8.
+    planner.space.check_precision has made sure the peak and curve exist."""
+    gpu = cluster.gpu
+    peak = gpu.peak_fp4_flops if fp8 == "fp4" else gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops
     return sum(f / (peak * gemm_efficiency(cluster, f, fp8)) for f in flops_list)
 
 
@@ -257,6 +269,13 @@ FP8_CAST_BYTES = 4
 a column-wise FP8 copy (1 + 1) -- Transformer Engine quantises both usages of a tensor needed in
 forward and backward from the high-precision source [NVIDIA/TransformerEngine@d0067d0
 transformer_engine/common/recipe/__init__.py; shared/reference/framework-mechanisms.md §4]."""
+
+
+def cast_bytes(training: TrainingSpec) -> float:
+    """HBM bytes per element to quantise one GEMM operand under the training's recipe: FP8_CAST_BYTES,
+    or for NVFP4 a BF16 read and two NVFP4 copies, 2 + 2 x 0.5625 = 3.125 (its random Hadamard
+    transform and stochastic rounding run inside the cast kernel: NVFP4BlockScaling's QParams)."""
+    return PARAM_BYTES + 2 * quantized_element_bytes(training)
 
 
 TORCHAO_WEIGHT_CAST_BYTES = 3
@@ -394,7 +413,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     remote node (comm.node_dedup_alltoall_time).
     """
     e, h, s = model.moe, model.hidden_size, training.seq_length
-    fp8 = training.fp8 is not None
+    fp8 = gemm_format(training)
     tokens, n = b * s / cp, b * s / (cp * tp)
     local = e.num_experts // ep
     rows = routed_rows(model, n, etp, training.moe_imbalance)  # the busiest rank's
@@ -432,7 +451,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
-    fp8 = training.fp8 is not None
+    fp8 = gemm_format(training)
     moe = moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher) if model.moe is not None and not dense else None
     flops = attention_gemm_flops(model, tokens, tp, sequence_parallel)
     if moe is None:  # else the MLP is the MoE block
@@ -454,9 +473,10 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     cast_fwd = cast_bwd = 0.0
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
         cf, cb = fp8_cast_elements(model, tp, etp, dense)
-        cast_fwd = FP8_CAST_BYTES * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
-        cast_bwd = FP8_CAST_BYTES * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
-        if training.fp8 not in TE_FP8_RECIPES:  # torchao: the weights are cast in every forward and backward
+        per = cast_bytes(training)
+        cast_fwd = per * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        cast_bwd = per * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        if training.fp8 not in TE_RECIPES:  # torchao: the weights are cast in every forward and backward
             w = TORCHAO_WEIGHT_CAST_BYTES * linear_params_per_gpu(model, Layout(tp=tp)) / (gpu.hbm_bandwidth * cal.hbm_efficiency)
             cast_fwd, cast_bwd = cast_fwd + w, cast_bwd + w
     if moe is not None:

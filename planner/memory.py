@@ -79,10 +79,12 @@ class StaticMemory:
 def adam_bytes(training: TrainingSpec) -> float:
     """Bytes of Adam state per parameter: 12 (fp32 master, m, v), or with BF16 states (TrainingSpec.
     optimizer_states) 2 + 2 for m and v plus the master: its 16-bit remainder (2) where Transformer
-    Engine keeps it, whole (4) under an FP8 recipe other than delayed."""
+    Engine keeps it, whole (4) under an FP8 recipe other than delayed (Megatron's test reads
+    fp8_recipe only: NVFP4 keeps the remainder) [megatron-core 0.19.2 optimizer/optimizer_config.py:
+    use_precision_aware_optimizer_no_fp8_or_ds_fp8]."""
     if training.optimizer_states == "fp32":
         return ADAM_BYTES
-    return 4 + (2 if training.fp8 in (None, "delayed") else 4)
+    return 4 + (2 if training.fp8 in (None, "delayed", "nvfp4") else 4)
 
 
 def static_memory(
@@ -316,6 +318,7 @@ def activation_bytes_per_layer(
     moe_layer: bool = True,
     moe_imbalance: float = 1.0,
     recompute_modules: tuple[str, ...] = ("core_attn",),
+    quant_bytes: float = 1.0,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -335,6 +338,8 @@ def activation_bytes_per_layer(
         recompute: 'none', 'selective', 'full' or 'op' (torchtitan's per-op checkpointing).
         attention: 'flash' (no s^2 storage) or 'eager'.
         rope_fusion: fused RoPE saves no per-layer cos/sin (Megatron's default).
+        quant_bytes: bytes per element of such a saved quantised input (1 for FP8; NVFP4's
+            column-wise copy, NVFP4_ELEMENT_BYTES).
         fp8_inputs: Transformer Engine FP8 linears save their quantized input (1 B per element)
             for wgrad instead of the BF16 one [TransformerEngine@d0067d0 pytorch/module/linear.py:
             _Linear forward, 'Discard row-wise data since it is not needed in backward pass']. The
@@ -398,29 +403,31 @@ def activation_bytes_per_layer(
         div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
         total += nbytes / div
     if fp8_inputs:
-        sb = s_loc * b
-        # attention: the QKV (MLA: down-projection) input 2 B -> 1 B, and MLA's up-projection inputs;
+        sb, q = s_loc * b, quant_bytes
+        # attention: the QKV (MLA: down-projection) input 2 B -> q, and MLA's up-projection inputs;
         # the out-proj input is also flash attention's BF16 output (see above)
-        total -= sb * h / sp_div
+        total -= (2 - q) * sb * h / sp_div
         if model.mla is not None:
-            total -= sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
-        total += sb * model.attention_out_width / tp * (-1 if core else 1)
-        # MLP: FC1 input 2 B -> 1 B; an MoE layer's norm output stays BF16 for the router, so a
-        # shared-expert FC1 adds a 1 B copy (none without shared experts); FC2 input 2 B -> 1 B
-        total += sb * h / sp_div * (-1 if moe is None else (1 if f else 0))
-        total -= sb * f / tp
+            total -= (2 - q) * sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
+        total += sb * model.attention_out_width / tp * (-(2 - q) if core else q)
+        # MLP: FC1 input 2 B -> q; an MoE layer's norm output stays BF16 for the router, so a
+        # shared-expert FC1 adds a q-byte copy (none without shared experts); FC2 input 2 B -> q
+        total += sb * h / sp_div * (-(2 - q) if moe is None else (q if f else 0))
+        total -= (2 - q) * sb * f / tp
     if moe is not None:
-        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_imbalance)
+        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_imbalance,
+                                  quant_bytes)
     if rc == Recompute.SELECTIVE:
         total -= recompute_module_freed_bytes(model, b, s_loc, tp=tp, sp_div=sp_div, modules=recompute_modules,
                                               fp8_inputs=fp8_inputs, etp=tp if etp is None else etp,
-                                              moe_layer=moe_layer, moe_imbalance=moe_imbalance)
+                                              moe_layer=moe_layer, moe_imbalance=moe_imbalance,
+                                              quant_bytes=quant_bytes)
     return total
 
 
 def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: int, sp_div: int,
                                  modules: tuple[str, ...], fp8_inputs: bool, etp: int, moe_layer: bool,
-                                 moe_imbalance: float = 1.0) -> float:
+                                 moe_imbalance: float = 1.0, quant_bytes: float = 1.0) -> float:
     """Bytes of one layer's saved activations that Megatron's output-discarding and module checkpoints
     free, beyond the attention core (megatron-core 0.19.2; 'layernorm', 'moe_act' and 'mla_up_proj' run
     under tensor_parallel.CheckpointWithoutOutput, which drops its output's storage once the consumer has
@@ -437,13 +444,13 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
     """
     sb, h, freed = s_loc * b, model.hidden_size, 0.0
     moe = model.moe if moe_layer else None
-    act_b = 1 if fp8_inputs else 2  # a TE FP8 linear's saved input
+    act_b = quant_bytes if fp8_inputs else 2  # a TE FP8 (NVFP4) linear's saved input
     if "layernorm" in modules:
         input_norm, mlp_norm = own_norms(model, moe_layer)
         if input_norm:  # MLA's down-projections' saved input
             freed += act_b * sb * h / sp_div
         if mlp_norm:  # the BF16 norm output, and under FP8 the shared experts' 1 B copy
-            freed += 2 * sb * h / sp_div + (sb * h / sp_div if fp8_inputs and moe.shared_expert_ffn_hidden_size else 0.0)
+            freed += 2 * sb * h / sp_div + (act_b * sb * h / sp_div if fp8_inputs and moe.shared_expert_ffn_hidden_size else 0.0)
     if "mla_up_proj" in modules and model.mla is not None:
         m, a = model.mla, model.num_attention_heads
         freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
@@ -477,7 +484,7 @@ def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
 
 
 def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False,
-                     imbalance: float = 1.0) -> float:
+                     imbalance: float = 1.0, quant_bytes: float = 1.0) -> float:
     """Bytes the routed experts of one MoE layer keep for backward on one GPU that holds `tokens`
     tokens of the layer input (b s / (cp tp): sequence parallelism is required with tp > 1).
 
@@ -491,7 +498,7 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     imbalance: the busiest rank receives that many times the mean rows (TrainingSpec.moe_imbalance)."""
     e = model.moe
     rows, fe = routed_rows(model, tokens, etp, imbalance), e.expert_ffn_hidden_size / etp
-    act_b = 1 if fp8_inputs else 2
+    act_b = quant_bytes if fp8_inputs else 2
     return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
             + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)
 
@@ -756,11 +763,12 @@ def stage_static_items(
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))
-    if training.fp8 in TE_FP8_RECIPES and not training.fp8_param_gather:
+    if training.fp8 in TE_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
-        # 2 B, as the BF16 weight was): no copies beside them
-        items.append(MemoryItem("fp8_weights", stage_linear_params(model, layout, stage, layers) * FP8_WEIGHT_BYTES,
-                                "FP8 row- and column-wise copies of the linear weights"))
+        # 2 B, as the BF16 weight was): no copies beside them. NVFP4: two copies of 0.5625 B
+        per = FP8_WEIGHT_BYTES * quantized_element_bytes(training)
+        items.append(MemoryItem("fp8_weights", stage_linear_params(model, layout, stage, layers) * per,
+                                f"{'NVFP4' if training.fp8 == 'nvfp4' else 'FP8'} row- and column-wise copies of the linear weights"))
     return items
 
 
@@ -793,7 +801,21 @@ optimizer/distrib_optimizer.py: _copy_main_params_to_param_buffer]. No BF16 weig
 MXFP8 one, as for the other recipes under --fp8-param-gather."""
 
 TE_FP8_RECIPES = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
-"""The recipes Transformer Engine runs (torchao's rowwise and tensor-wise are torchtitan's, without a weight cache)."""
+"""The FP8 recipes Transformer Engine runs (torchao's rowwise and tensor-wise are torchtitan's, without a weight cache)."""
+
+TE_RECIPES = TE_FP8_RECIPES | {"nvfp4"}
+"""Every low-precision recipe run by Transformer Engine's linears (weight cache, quantised saved inputs)."""
+
+NVFP4_ELEMENT_BYTES = 0.5 + 1 / 16
+"""Bytes per element of one NVFP4 copy: a 4-bit E2M1 value and an E4M3 scale per 16 values (the
+per-tensor FP32 scale is negligible) [NVIDIA/TransformerEngine@d0067d0
+transformer_engine/common/recipe/__init__.py: NVFP4BlockScaling]."""
+
+
+def quantized_element_bytes(training: TrainingSpec) -> float:
+    """Bytes per element of one quantised copy of a GEMM operand under the training's recipe: 1 for
+    FP8, NVFP4_ELEMENT_BYTES for NVFP4 (scales of the FP8 block recipes, < 4 %, left out)."""
+    return NVFP4_ELEMENT_BYTES if training.fp8 == "nvfp4" else 1.0
 
 FLOAT8_TP_RECIPES = frozenset({"torchao-tensorwise"})
 """Recipes whose sequence-parallel all-gathers move FP8 (1 B per element): torchao's Float8ColwiseParallel
@@ -855,7 +877,8 @@ def stage_activation_items(
     p, b, s, t = layout.pp, layout.micro_batch_size, training.seq_length, layout.tp
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
-              fp8_inputs=training.fp8 in TE_FP8_RECIPES, etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
+              fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
+              etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
               recompute_modules=layout.recomputed_modules)
     dense = dense_layers_on(model, layout, stage)
 

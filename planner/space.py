@@ -296,11 +296,11 @@ def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | N
     return bad
 
 
-FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "rowwise": (9, 99),
-             "torchao-tensorwise": (9, 99)}
+FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "nvfp4": (10, 99),
+             "rowwise": (9, 99), "torchao-tensorwise": (9, 99)}
 """Compute-capability majors (lo, hi) each FP8 recipe runs on: Transformer Engine's
 _compute_fp8_support (>= 9.0; Ada 8.9 is not a catalogued GPU), _compute_fp8_block_scaling_support
-(>= 9.0 with CUDA >= 12.9), _compute_mxfp8_support (10.x and 11.x; not 12.0+)
+(>= 9.0 with CUDA >= 12.9), _compute_mxfp8_support (10.x and 11.x; not 12.0+), _compute_nvfp4_support (>= 10.0)
 [NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py]; torchao's rowwise
 and tensor-wise float8 need Hopper's FP8 tensor cores too."""
 
@@ -327,6 +327,8 @@ def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
     if not lo <= gpu.arch <= hi:
         raise PlannerError(f"training.fp8: recipe '{training.fp8}' needs compute capability {lo}.x"
                            + (f" to {hi}.x" if hi < 99 else " or newer") + f"; {gpu.name} is {gpu.arch}.x")
+    if training.fp8 == "nvfp4" and gpu.peak_fp4_flops is None:
+        raise PlannerError(f"training.fp8: cluster '{cluster.name}' has no FP4 peak (gpu.peak_fp4_flops); add it to price NVFP4")
     if gpu.peak_fp8_flops is None or cluster.calibration.gemm_efficiency_fp8 is None:
         raise PlannerError(f"training.fp8: cluster '{cluster.name}' has no measured FP8 GEMM curve "
                            "(calibration.gemm_efficiency_fp8) or FP8 peak (gpu.peak_fp8_flops); add them to price FP8")

@@ -520,6 +520,8 @@ class GpuSpec(_Spec):
     """Dense BF16 tensor-core peak, FLOP/s (not the 2:4-sparse figure)."""
     peak_fp8_flops: FlopPerS | None = None
     """Dense FP8 peak, FLOP/s, where the GPU has FP8."""
+    peak_fp4_flops: FlopPerS | None = None
+    """Dense FP4 (NVFP4) peak, FLOP/s, where the GPU has FP4 tensor cores (Blackwell)."""
     hbm_bandwidth: BytesPerS
     """Peak HBM bandwidth, bytes/s."""
     arch: _count(12, lo=7)
@@ -692,13 +694,14 @@ class TrainingSpec(_Spec):
     entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
     (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'). Priced, not
     emitted: the launch configs refuse it."""
-    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "torchao-tensorwise"] | None = None
+    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise"] | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8), or torchao's float8 as torchtitan runs it: 'rowwise'
     (its default since 2025) or 'torchao-tensorwise' (dynamic tensor-wise scaling, the only one
     before: its sequence-parallel all-gathers move FP8 [torchao float8/float8_tensor_parallel.py:
-    Float8ColwiseParallel, Float8RowwiseParallel]); None = BF16/FP16 GEMMs. Attention, embedding
-    and the LM head stay in `precision`."""
+    Float8ColwiseParallel, Float8RowwiseParallel]); 'nvfp4': Transformer Engine's NVFP4BlockScaling
+    (E2M1 values, an E4M3 scale per 16, Blackwell; Megatron's --fp4-format e2m1 --fp4-recipe nvfp4);
+    None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
     optimizer_states: Literal["fp32", "bf16"] = "fp32"
     """Adam's states: 'fp32' (master weights, m, v: 12 B/param) or 'bf16': Megatron's precision-aware
     optimizer with BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16
@@ -736,6 +739,9 @@ class TrainingSpec(_Spec):
         if n > MAX_TOKENS_PER_STEP:
             raise ValueError(f"global_batch_size: global_batch_size({self.global_batch_size})*seq_length"
                              f"({self.seq_length}) = {n:,} tokens per step exceeds {MAX_TOKENS_PER_STEP:,}")
+        if self.fp8_param_gather and self.fp8 == "nvfp4":
+            raise ValueError("fp8_param_gather: NVFP4 weights gathered in FP4 (Megatron's --fp4-param-gather) are not "
+                             "priced; drop fp8_param_gather with fp8='nvfp4'")
         if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
             raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
                              f"mxfp8) or torchao-tensorwise, got fp8={self.fp8!r}")

@@ -265,3 +265,55 @@ def test_mxfp8_weights_are_gathered_in_bf16_through_the_gradient_buffer():
     assert p_on.time.dp_exposed == pytest.approx(p_off.time.dp_exposed)
     assert "--reuse-grad-buf-for-mxfp8-param-ag" in p_on.to_megatron().args
     assert "--reuse-grad-buf-for-mxfp8-param-ag" not in p_off.to_megatron().args
+
+
+def test_nvfp4_peaks_are_the_cited_datasheet_figures():
+    """Dense FP4 peaks (clusters/*.yaml provenance): HGX B200 9,000 TFLOP/s at 1,000 W and GB200 10,000 at
+    1,200 W (glennklockwood.com B200: half the 18,000 / 20,000 sparse), HGX B300 13,125, GB300 1,080 PFLOPS
+    a 72-GPU rack = 15,000; no FP4 on Hopper."""
+    for name, tflops in (("dgx-b200", 9000), ("gb200-nvl72", 10000), ("dgx-b300", 13125), ("gb300-nvl72", 15000)):
+        assert planner.load_cluster(name).gpu.peak_fp4_flops == pytest.approx(tflops * 1e12)
+    assert planner.load_cluster("dgx-h100").gpu.peak_fp4_flops is None
+
+
+def test_an_nvfp4_gemm_runs_at_the_fp4_peak_on_the_fp8_curve():
+    """ASSUMPTION (no NVFP4 size sweep published): the FP8 curve's fractions of the FP4 peak, so on
+    B200 an NVFP4 GEMM takes 4,500 / 9,000 of the FP8 one at every size."""
+    c = planner.load_cluster("dgx-b200")
+    for f in (1e9, 3e11, 2e13):
+        assert _gemm_time(c, [f], "fp4") == pytest.approx(_gemm_time(c, [f], "fp8") / 2, rel=1e-12)
+
+
+def test_nvfp4_is_refused_where_it_cannot_run():
+    m = planner.load_model("llama3-8b")
+    with pytest.raises(PlannerError, match="recipe 'nvfp4' needs compute capability 10.x or newer; H100"):
+        planner.evaluate(m, planner.load_cluster("dgx-h100"), TrainingSpec(**TRAIN, fp8="nvfp4"), Layout(tp=8, dp=1))
+    with pytest.raises(ValueError, match="'fp8_param_gather': NVFP4 weights gathered in FP4"):
+        TrainingSpec(**TRAIN, fp8="nvfp4", fp8_param_gather=True)
+
+
+def test_nvfp4_weight_copies_inputs_and_casts():
+    """NVFP4BlockScaling keeps a row- and a column-wise copy of each linear weight, each 4-bit values
+    plus an E4M3 scale per 16: 2 x (0.5 + 1/16) = 1.125 B per weight (Llama-3-8B, 16 layers a stage,
+    tp 2); a linear's saved input for wgrad is its 0.5625 B column-wise copy, so QKV, FC1 and FC2
+    inputs shrink by 1.4375 B per element and the out-proj adds a 0.5625 B copy beside flash
+    attention's BF16 output; quantising an operand reads it in BF16 and writes both copies, 3.125 B."""
+    from planner.cost import cast_bytes
+    from planner.memory import activation_bytes_per_layer
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-b200")
+    linear = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096
+    lay = Layout(tp=2, pp=2, dp=2, zero_stage=1, sequence_parallel=True)
+    fp4 = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="nvfp4"), lay)
+    for st in fp4.memory.stages:
+        assert st.get("fp8_weights") == pytest.approx(16 * linear / 2 * 1.125)
+    sbh, sbf = 8192 * 4096, 8192 * 14336
+    kw = dict(tp=2, sequence_parallel=True)
+    bf16 = activation_bytes_per_layer(m, 1, 8192, **kw)
+    nv = activation_bytes_per_layer(m, 1, 8192, fp8_inputs=True, quant_bytes=0.5625, **kw)
+    assert bf16 - nv == pytest.approx(1.4375 * (sbh / 2 + sbh / 2 + sbf / 2) - 0.5625 * sbh / 2)
+    assert cast_bytes(TrainingSpec(**TRAIN, fp8="nvfp4")) == 3.125
+    assert cast_bytes(TrainingSpec(**TRAIN, fp8="mxfp8")) == 4
+    bf = planner.evaluate(m, c, TrainingSpec(**TRAIN), lay)
+    mx = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="mxfp8"), lay)
+    assert fp4.step_time_s < mx.step_time_s < bf.step_time_s

@@ -280,6 +280,22 @@ def test_megatron_accepts_explicit_splits_with_the_plans_layer_counts(megatron_p
                                                 for k in range(lay.pp)]
 
 
+def test_megatron_accepts_nvfp4_plans_and_runs_te_nvfp4(megatron_path):
+    """An NVFP4 plan on B200: megatron-core 0.19.2 accepts --fp4-format e2m1 --fp4-recipe nvfp4 and its
+    TransformerConfig carries FP4 and no FP8 (the two exclude each other in validate_args)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    c = planner.load_cluster("dgx-b200", nodes=1)
+    p = plan(planner.load_model("llama3-8b"), c, TrainingSpec(global_batch_size=16, seq_length=4096, fp8="nvfp4"),
+             top_k=1, structural=False, time_limit_s=60).best
+    args = p.to_megatron().args
+    assert "--fp4-format" in args and "--fp8-format" not in args
+    r, = check_megatron([megatron_payload(args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)])
+    assert r.ok, r.line()
+    assert r.details["fp4"] == "e2m1" and r.details["fp4_recipe"].endswith("nvfp4") and not r.details["fp8"]
+
+
 def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
     """Every FP8 recipe Megatron offers, on a GPU that runs it: accepted, and TransformerConfig
     carries the recipe (the flag is not dropped)."""

@@ -79,3 +79,6 @@ def assume_transformer_engine() -> None:
     if getattr(rope_utils, "fused_apply_rotary_pos_emb", None) is None:
         rope_utils.fused_apply_rotary_pos_emb = lambda *a, **k: None
     transformer_config.is_te_min_version = lambda *a, **k: True
+    import megatron.training.arguments as arguments  # validate_args' own copy (--fp4-format needs TE >= 2.7)
+
+    arguments.is_te_min_version = lambda *a, **k: True

@@ -149,10 +149,14 @@ def megatron_args(plan: Plan) -> list[str]:
         # Megatron's --fp8-recipe choices are Transformer Engine's recipes [Megatron-LM@d98e8a6
         # megatron/core/transformer/transformer_config.py: fp8_recipe; 'custom' is not priced];
         # --fp8-format hybrid: E4M3 forward, E5M2 gradients (TE's default format)
-        if t.fp8 not in TE_FP8_RECIPES:
+        if t.fp8 == "nvfp4":  # Megatron's FP4 flags, TE's NVFP4BlockScaling [megatron-core 0.19.2
+            # transformer_config.py: fp4 ('e2m1'), fp4_recipe ('nvfp4'); arguments.py: fp4 excludes fp8]
+            a += ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+        elif t.fp8 not in TE_FP8_RECIPES:
             raise PlannerError(f"Megatron: FP8 recipe '{t.fp8}' is torchao's (torchtitan); Megatron's --fp8-recipe "
                                f"offers {', '.join(sorted(TE_FP8_RECIPES))}")
-        a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
+        else:
+            a += ["--fp8-format", "hybrid", "--fp8-recipe", t.fp8]
         if t.fp8_param_gather:  # FP8 weights, all-gathered in FP8 (priced in planner.cost / memory)
             a += ["--fp8-param-gather"]
             if t.fp8 == "mxfp8":  # gathered in BF16 through the gradient buffer (memory.MXFP8_GATHER_BYTES),
