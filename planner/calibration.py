@@ -179,9 +179,9 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     bf16 = _arg(args, "bf16", where, kind=bool, default=False)
     fp8 = None
     if args.get("fp4", "None") not in ("None", None):  # --fp4-format given: NVFP4 is its only priced recipe
-        fp8 = "nvfp4" if args.get("fp4_recipe", "nvfp4") == "nvfp4" else None
-        if fp8 is None:
+        if args.get("fp4_recipe", "nvfp4") != "nvfp4":
             raise LogError(f"{where}: fp4_recipe = {args.get('fp4_recipe')!r} is not one the planner prices")
+        fp8 = "nvfp4"
     elif args.get("fp8", "None") != "None":  # --fp8-format given: the recipe (Megatron's default: delayed)
         fp8 = args.get("fp8_recipe", "delayed")
         if fp8 not in TE_FP8_RECIPES:

@@ -31,6 +31,7 @@ from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wr
 from planner.memory import (
     FLOAT8_TP_RECIPES,
     PARAM_BYTES,
+    QUANTIZED_COPIES,
     TE_RECIPES,
     ParamShard,
     adam_bytes,
@@ -240,7 +241,7 @@ def _eff_curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.
     return np.log(np.array([p[0] for p in points])), np.array([p[1] for p in points])
 
 
-def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool = False) -> float:
+def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None = False) -> float:
     """Fraction of dense peak one GEMM of `flops` reaches: log-interpolated on the cluster's curve
     (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]; the FP8 curve and peak with fp8), clamped at its ends."""
     curve = cluster.calibration.gemm_efficiency_fp8 if fp8 else cluster.calibration.gemm_efficiency
@@ -264,18 +265,13 @@ def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | 
     return sum(f / (peak * gemm_efficiency(cluster, f, fp8)) for f in flops_list)
 
 
-FP8_CAST_BYTES = 4
-"""HBM bytes per element to quantise one GEMM operand: read it in BF16 (2) and write a row-wise and
-a column-wise FP8 copy (1 + 1) -- Transformer Engine quantises both usages of a tensor needed in
-forward and backward from the high-precision source [NVIDIA/TransformerEngine@d0067d0
-transformer_engine/common/recipe/__init__.py; shared/reference/framework-mechanisms.md §4]."""
-
-
 def cast_bytes(training: TrainingSpec) -> float:
-    """HBM bytes per element to quantise one GEMM operand under the training's recipe: FP8_CAST_BYTES,
-    or for NVFP4 a BF16 read and two NVFP4 copies, 2 + 2 x 0.5625 = 3.125 (its random Hadamard
-    transform and stochastic rounding run inside the cast kernel: NVFP4BlockScaling's QParams)."""
-    return PARAM_BYTES + 2 * quantized_element_bytes(training)
+    """HBM bytes per element to quantise one GEMM operand under the training's recipe: read it in
+    BF16 (2) and write its row-wise and column-wise copies (memory.QUANTIZED_COPIES): 2 + 1 + 1 = 4
+    under FP8, 2 + 2 x 0.5625 = 3.125 under NVFP4, whose random Hadamard transform and stochastic
+    rounding run inside the cast kernel (NVFP4BlockScaling's QParams) [NVIDIA/TransformerEngine@d0067d0
+    transformer_engine/common/recipe/__init__.py; shared/reference/framework-mechanisms.md §4]."""
+    return PARAM_BYTES + QUANTIZED_COPIES * quantized_element_bytes(training)
 
 
 TORCHAO_WEIGHT_CAST_BYTES = 3
@@ -953,14 +949,12 @@ class ShardUnits:
     layers: int
     output: float
 
-    def times(self, cluster: ClusterSpec, group, op: str, bytes_per: float, *, output: bool = True) -> tuple[float, float]:
-        """(the unit ready last in backward, all units) seconds of one pass of `op` over the units at
-        `bytes_per` bytes a parameter; `output=False` leaves the output unit out."""
-        def t(params: float) -> float:
-            return collective_time(cluster, group, op, params * bytes_per) if params > 0 else 0.0
-        first = t(self.embedding) if self.embedding > 0 else t(self.layer)
-        total = t(self.embedding) + self.layers * t(self.layer) + (t(self.output) if output else 0.0)
-        return first, total
+    def times(self, cluster: ClusterSpec, group, op: str, bytes_per: float) -> tuple[float, float, float]:
+        """(the unit ready last in backward, all units, the output unit) seconds of one pass of `op`
+        over the units at `bytes_per` bytes a parameter."""
+        emb, layer, out = (collective_time(cluster, group, op, p * bytes_per) if p > 0 else 0.0
+                           for p in (self.embedding, self.layer, self.output))
+        return (emb if self.embedding > 0 else layer), emb + self.layers * layer + out, out
 
 
 def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> ShardUnits:
@@ -1016,7 +1010,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             rs = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS, window)[1]
         else:
             rs = units.times(cluster, group, "reducescatter", grad_b)[1]
-        ag = units.times(cluster, group, "allgather", gather / sh.params)[1]
+        _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and
             # reduce-scatters once, after the last backward, exposed [torch distributed/pipelining/
@@ -1024,7 +1018,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             return max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs
         # the backward gathers again, but torchtitan does not reshard [norm, output] after the forward
         # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder)
-        again = units.times(cluster, group, "allgather", gather / sh.params, output=not uses_torchtitan(training))[1]
+        again = ag - out if uses_torchtitan(training) else ag
         return m * max(0.0, ag + again + rs - window)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
@@ -1032,7 +1026,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
     def buckets(op: str, sh, grp, bytes_per: float, window: float | None) -> tuple[float, float]:
         if fsdp and sh.axis == "dpcp":
-            return units.times(cluster, grp, op, bytes_per)
+            return units.times(cluster, grp, op, bytes_per)[:2]
         return _bucket_times(cluster, grp, op, sh.params, bytes_per, _bucket_params(training, sh.dp), window)
     # DeepSpeed's BF16_Optimizer (and FP16_Optimizer) all-reduce the whole gradient after the last
     # backward; its ZeRO optimizer reduces bucket by bucket, reduce_bucket_size elements each

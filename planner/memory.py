@@ -766,7 +766,7 @@ def stage_static_items(
     if training.fp8 in TE_RECIPES and not training.fp8_param_gather:
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them. NVFP4: two copies of 0.5625 B
-        per = FP8_WEIGHT_BYTES * quantized_element_bytes(training)
+        per = QUANTIZED_COPIES * quantized_element_bytes(training)
         items.append(MemoryItem("fp8_weights", stage_linear_params(model, layout, stage, layers) * per,
                                 f"{'NVFP4' if training.fp8 == 'nvfp4' else 'FP8'} row- and column-wise copies of the linear weights"))
     return items
@@ -823,10 +823,11 @@ casts its input before the all-gather, and Float8RowwiseParallel casts the outpu
 the backward all-gather (NoopFwToFloat8BwDynamic); the reduce-scatters stay BF16 [torchao
 float8/float8_tensor_parallel.py; torchtitan applies them with tensor-wise float8]."""
 
-FP8_WEIGHT_BYTES = 2
-"""Transformer Engine keeps, across the micro-batches of a step, a row-wise and a column-wise FP8
-copy (1 + 1 B/param) of every FP8 linear weight beside its BF16 weight, both quantised from the
-high-precision source [NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/__init__.py;
+QUANTIZED_COPIES = 2
+"""Transformer Engine quantises a GEMM operand needed in forward and backward into a row-wise and a
+column-wise copy, both from the high-precision source; for the linear weights it keeps both across
+the micro-batches of a step beside the BF16 weight (1 + 1 B/param under FP8)
+[NVIDIA/TransformerEngine@d0067d0 transformer_engine/common/recipe/__init__.py;
 shared/reference/framework-mechanisms.md §4]; block and MXFP8 scales (one per 128 or 32 values) add
 < 4 % and are left out."""
 
