@@ -3,9 +3,11 @@
     python benchmarks/calibrate.py dgx-h100 [dgx-a100-80g ...]
 
 Grid search over the unfused attention efficiency, fused/unfused elementwise traffic and DP overlap, for all
-rows of that GPU (every source group weighted equally: the score is the mean of the group medians
-of |error| plus a quarter of the worst row). Prints the best values; they are then written, with
-provenance, into the cluster YAMLs by hand. No per-row factors.
+BF16/FP16 rows of that GPU (every source group weighted equally: the score is the mean of the group medians
+of |error| plus a quarter of the worst row); then, with those fixed, the share of the isolated FP8
+GEMM sweep an FP8 GEMM keeps in training (fp8_gemm_in_training) on the generation's FP8 rows, by the
+same score. Prints the best values; they are then written, with provenance, into the cluster YAMLs
+by hand. No per-row factors.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ GRID = {
 }
 
 
+FP8_GRID = {"fp8_gemm_in_training": [0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],
+            "fp8_gemm_in_training_unfused": [0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0]}
+"""Fitted on the FP8 rows only, after GRID on the BF16/FP16 rows (FP8 rows see both); one value per
+kernel family, each seen only by that family's rows; never above the isolated sweep (1.0)."""
+
+
 def score(runs, cal_update):
     groups: dict[str, list[float]] = {}
     worst = 0.0
@@ -47,18 +55,19 @@ def generation(cluster_name: str) -> str:
     return "a100" if cluster_name.startswith("dgx-a100") else cluster_name
 
 
-def fit(runs, prior: dict[str, float] | None = None):
-    """The grid point with the lowest score on `runs`; (score, update, groups).
+def fit(runs, prior: dict[str, float] | None = None, grid: dict[str, list[float]] = GRID, base: dict | None = None):
+    """The point of `grid` with the lowest score on `runs`, the parameters in `base` held at their
+    values; (score, update, groups).
 
     Ties (a parameter the rows do not constrain) go to the prior (the catalog's value), so a fit
     that cannot see a parameter leaves it where the catalog has it.
     """
-    prior = prior or {}
-    grid = {k: sorted(set(v) | ({prior[k]} if k in prior else set())) for k, v in GRID.items()}
+    prior, base = prior or {}, base or {}
+    grid = {k: sorted(set(v) | ({prior[k]} if k in prior else set())) for k, v in grid.items()}
     best = None
     for values in itertools.product(*grid.values()):
         upd = dict(zip(grid, values))
-        sc, groups = score(runs, upd)
+        sc, groups = score(runs, {**base, **upd})
         moved = sum(upd[k] != prior.get(k, upd[k]) for k in upd)
         key = (round(sc, 6), moved)
         if best is None or key < best[0]:
@@ -66,18 +75,32 @@ def fit(runs, prior: dict[str, float] | None = None):
     return best[1:]
 
 
-def prior_of(cluster) -> dict[str, float]:
+def prior_of(cluster, grid: dict[str, list[float]] = GRID) -> dict[str, float]:
     """The catalog's values of the fitted parameters."""
-    return {k: getattr(cluster.calibration, k) for k in GRID}
+    return {k: getattr(cluster.calibration, k) for k in grid}
+
+
+def fit_fp8(fp8_runs, cluster, base: dict) -> dict[str, float]:
+    """fp8_gemm_in_training fitted on `fp8_runs` (one generation's FP8 rows) with the BF16/FP16
+    parameters at `base`; the catalog's value of `cluster` where there are no rows."""
+    prior = prior_of(cluster, FP8_GRID)
+    return fit(fp8_runs, prior, FP8_GRID, base)[1] if fp8_runs else prior
+
+
+def _report(name, runs, sc, upd, groups):
+    print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
+    for g, errs in sorted(groups.items()):
+        print(f"  {g:34s} n={len(errs):3d} median |err| {statistics.median(errs):6.1%} max {max(errs):6.1%}")
 
 
 def main(argv):
     for name in argv or ["dgx-h100", "dgx-a100-80g"]:
         runs = [r for r in load_runs() if generation(r.cluster.name) == generation(name) and not r.oom]
         sc, upd, groups = fit(runs, prior_of(runs[0].cluster))
-        print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
-        for g, errs in sorted(groups.items()):
-            print(f"  {g:34s} n={len(errs):3d} median |err| {statistics.median(errs):6.1%} max {max(errs):6.1%}")
+        _report(name, runs, sc, upd, groups)
+        low = [r for r in load_runs(low_precision=True) if generation(r.cluster.name) == generation(name) and not r.oom]
+        if low:
+            _report(f"{name} FP8", low, *fit(low, prior_of(low[0].cluster, FP8_GRID), FP8_GRID, upd))
 
 
 if __name__ == "__main__":

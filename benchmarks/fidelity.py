@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibrate import fit, generation, prior_of  # noqa: E402
+from calibrate import fit, fit_fp8, generation, prior_of  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
@@ -68,10 +68,19 @@ def _refit(rows, prior: dict) -> dict:
     return _REFITS[key]
 
 
-def leave_one_group_out(runs, fit_runs=None) -> dict[str, list[tuple]]:
+def _refit_fp8(rows, cluster, base: dict) -> dict:
+    """fit_fp8(rows, cluster, base), once per set of rows and base."""
+    key = ("fp8", tuple(sorted(r.id for r in rows)), tuple(sorted(base.items())))
+    if key not in _REFITS:
+        _REFITS[key] = fit_fp8(rows, cluster, base)
+    return _REFITS[key]
+
+
+def leave_one_group_out(runs, fit_runs=None, fp8_runs=None) -> dict[str, list[tuple]]:
     """(run, signed throughput error) of each source group's rows, predicted with parameters refitted
     without the group: on the other groups of `runs`, or of `fit_runs` where given (the BF16/FP16
-    rows, for predicting FP8 or MoE rows that nothing is fitted on)."""
+    rows, for predicting FP8 or MoE rows); with `fp8_runs` (the FP8 rows) fp8_gemm_in_training is
+    refitted on their other groups too (the MoE rows, on which nothing is fitted, keep the catalog's)."""
     usable = [r for r in runs if not r.oom]
     pool = usable if fit_runs is None else [r for r in fit_runs if not r.oom]
     out: dict[str, list[tuple]] = {}
@@ -80,8 +89,12 @@ def leave_one_group_out(runs, fit_runs=None) -> dict[str, list[tuple]]:
         refit: dict[str, dict] = {}
         for gen in sorted({generation(r.cluster.name) for r in held}):
             rest = [r for r in pool if r.group != group and generation(r.cluster.name) == gen]
-            prior = prior_of(next(r.cluster for r in held if generation(r.cluster.name) == gen))
+            cluster = next(r.cluster for r in held if generation(r.cluster.name) == gen)
+            prior = prior_of(cluster)
             refit[gen] = _refit(rest, prior) if rest else prior
+            if fp8_runs is not None:
+                others = [r for r in fp8_runs if not r.oom and r.group != group and generation(r.cluster.name) == gen]
+                refit[gen] = {**refit[gen], **_refit_fp8(others, cluster, refit[gen])}
         for r in held:
             p = evaluate(r.model, _with(r.cluster, refit[generation(r.cluster.name)]), r.training, r.layout)
             out.setdefault(group, []).append((r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1))
@@ -146,8 +159,12 @@ def print_table(title: str, groups: dict[str, list[float]]) -> None:
 
 
 def print_table_p90(title: str, results) -> None:
-    """print_table of the evaluated rows, then the p90 of |error| over all of them."""
-    groups, _ = summarise(results)
+    """print_errors_p90 of the evaluated rows."""
+    print_errors_p90(title, summarise(results)[0])
+
+
+def print_errors_p90(title: str, groups: dict[str, list[float]]) -> None:
+    """print_table, then the p90 of |error| over every row."""
     print_table(title, groups)
     every = sorted(abs(e) for v in groups.values() for e in v)
     print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
@@ -194,7 +211,7 @@ def main(argv=None) -> int:
         print(f"\npublished out-of-memory runs the ledger also rejects: {agree}/{len(ooms)}")
     rejected = [r for r, p, _ in results if p is None]
     print(f"\nrows evaluated: {len(results) - len(rejected)}, rejected by the layout rules: {len(rejected)}")
-    low_precision(args.rows)
+    low_precision(args.rows, not args.no_logo)
     moe(args.rows)
     return 0
 
@@ -231,9 +248,10 @@ SPEEDUP_PAIRS = [  # (BF16 row, FP8 row) of the same layout and stack
 ]
 
 
-def low_precision(rows: bool = False) -> None:
-    """FP8 rows: nothing is fitted on them (every figure is out of sample), and the FP8-over-BF16
-    speedup where a source publishes both precisions of one layout."""
+def low_precision(rows: bool = False, logo: bool = True) -> None:
+    """FP8 rows: in sample (the catalog's fp8_gemm_in_training is fitted on them, one number per GPU
+    generation), leave one source group out (that number and the BF16 parameters refitted without
+    the group), and the FP8-over-BF16 speedup where a source publishes both precisions of one layout."""
     runs = load_runs(low_precision=True)
     results = evaluate_runs(runs)
     if rows:
@@ -244,10 +262,13 @@ def low_precision(rows: bool = False) -> None:
                 pred = plan.tokens_per_second / plan.num_gpus
                 print(f"{r.id:44s} {r.training.fp8:10s} {r.layout.short()[:52]:52s} {r.tokens_per_s_per_gpu:9.0f} "
                       f"{pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
-    print_table_p90("FP8 rows (out of sample)", results)
+    print_table_p90("FP8 rows, in sample (fp8_gemm_in_training fitted on them)", results)
     unfit = sum(p is not None and not p.fits and not r.oom for r, p, _ in results)
     print(f"FP8 rows evaluated: {len(results)}; refused by evaluate: {sum(p is None for _, p, _ in results)}; "
           f"predicted not to fit: {unfit}")
+    if logo:
+        held = leave_one_group_out(runs, load_runs(), runs)
+        print_errors_p90("FP8 rows, leave one source group out", {g: [e for _, e in v] for g, v in held.items()})
     hi = {r.id: r for r in load_runs()}
     lo = {r.id: r for r in runs}
     print(f"\n{'FP8 speedup over BF16':44s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")

@@ -9,7 +9,8 @@ group; ranking_sigma is the within-group spread alone, since two layouts run on 
 its bias — used to call two layouts tied). One table per workload (dense BF16/FP16, dense FP8,
 MoE: their errors differ, so an MoE or FP8 job must not carry the dense rows' spread); within it
 keyed by (GPU arch, kernel family) where a key has residuals from MIN_GROUPS source groups, else
-the workload's rows pooled. FP8 and MoE rows are priced with the BF16 rows' parameters refitted
+the workload's rows pooled. FP8 rows are priced with the BF16 rows' parameters and the FP8 GEMM
+share refitted without their source group; MoE rows with the BF16 rows' parameters refitted
 without their source group (nothing is fitted on them). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
 per group, so these are in-sample for the overhead only).
 
@@ -75,22 +76,24 @@ def hierarchy(step) -> tuple[float, float, float]:
     return statistics.median(medians.values()), math.hypot(between, within), within
 
 
-def step_residuals(runs, fit_runs=None) -> list[tuple[object, float]]:
+def step_residuals(runs, fit_runs=None, fp8_runs=None) -> list[tuple[object, float]]:
     """(run, ln(measured / predicted step time)) out of sample, every usable row: predicted with the
-    parameters refitted without the row's source group (on `fit_runs` where given)."""
+    parameters refitted without the row's source group (on `fit_runs` where given; the FP8 share on
+    `fp8_runs`' other groups where given)."""
     return [(r, math.log(1 + e))  # e = pred/meas throughput − 1
-            for values in leave_one_group_out(runs, fit_runs).values() for r, e in values]
+            for values in leave_one_group_out(runs, fit_runs, fp8_runs).values() for r, e in values]
 
 
 def workload_residuals() -> dict[str, tuple[list, list]]:
     """Per workload (planner.uncertainty.workload): (step residuals, memory residuals). Dense
-    BF16/FP16 rows leave their group out of the refit; the FP8 and MoE rows, on which nothing is
-    fitted, are predicted with the BF16 rows' parameters refitted without their group (a group
-    with BF16 rows too, torchtitan's, does not see them). Memory: the workload's own published
-    peaks, split by kernel family in table() (no MoE run publishes one)."""
+    BF16/FP16 rows leave their group out of the refit; the FP8 rows are predicted with the BF16
+    rows' parameters and the FP8 share (fp8_gemm_in_training) refitted without their group (a
+    group with BF16 rows too, torchtitan's, does not see them); the MoE rows, on which nothing is
+    fitted, with the BF16 rows' parameters refitted without their group. Memory: the workload's
+    own published peaks, split by kernel family in table() (no MoE run publishes one)."""
     dense, low = load_runs(), load_runs(low_precision=True)
     return {"dense": (step_residuals(dense), memory_residuals(dense)),
-            "low-precision": (step_residuals(low, dense), memory_residuals(low)),
+            "low-precision": (step_residuals(low, dense, low), memory_residuals(low)),
             "moe": (step_residuals(load_moe_runs()[0], dense), [])}
 
 

@@ -45,7 +45,7 @@ from planner.memory import (
     stage_layers,
     stage_params,
 )
-from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
 from planner.torchtitan_engine import uses_torchtitan
 
@@ -241,12 +241,20 @@ def _eff_curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.
     return np.log(np.array([p[0] for p in points])), np.array([p[1] for p in points])
 
 
-def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None = False) -> float:
+def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None = False,
+                    kernels: Kernels = "fused") -> float:
     """Fraction of dense peak one GEMM of `flops` reaches: log-interpolated on the cluster's curve
-    (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]; the FP8 curve and peak with fp8), clamped at its ends."""
-    curve = cluster.calibration.gemm_efficiency_fp8 if fp8 else cluster.calibration.gemm_efficiency
+    (cuBLASLt sweeps and MAMF, [HwRef §3.1-3.2]), clamped at its ends. With fp8 the FP8 curve times
+    the share of the isolated sweep's speed an FP8 GEMM keeps inside a training step of the
+    `kernels` family (calibration.fp8_gemm_in_training[_unfused], fitted per GPU generation on the
+    published FP8 runs)."""
+    cal = cluster.calibration
+    curve = cal.gemm_efficiency_fp8 if fp8 else cal.gemm_efficiency
     xs, ys = _eff_curve(tuple(tuple(p) for p in curve))
-    return float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
+    eff = float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
+    if not fp8:
+        return eff
+    return eff * (cal.fp8_gemm_in_training if kernels == "fused" else cal.fp8_gemm_in_training_unfused)
 
 
 def gemm_format(training: TrainingSpec) -> str | None:
@@ -256,13 +264,15 @@ def gemm_format(training: TrainingSpec) -> str | None:
     return "fp4" if training.fp8 == "nvfp4" else "fp8"
 
 
-def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | None = False) -> float:
+def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | None = False,
+               kernels: Kernels = "fused") -> float:
     """GEMM seconds at the peak of `fp8`'s format: BF16 when falsy, FP4 for 'fp4' (its efficiency
-    read off the FP8 curve: ASSUMPTION, no NVFP4 size sweep was published), else FP8.
-    planner.space.check_precision has made sure the peak and curve exist."""
+    read off the FP8 curve: ASSUMPTION, no NVFP4 size sweep was published), else FP8; in training
+    with `kernels` (gemm_efficiency). planner.space.check_precision has made sure the peak and
+    curve exist."""
     gpu = cluster.gpu
     peak = gpu.peak_fp4_flops if fp8 == "fp4" else gpu.peak_fp8_flops if fp8 else gpu.peak_bf16_flops
-    return sum(f / (peak * gemm_efficiency(cluster, f, fp8)) for f in flops_list)
+    return sum(f / (peak * gemm_efficiency(cluster, f, fp8, kernels)) for f in flops_list)
 
 
 def cast_bytes(training: TrainingSpec) -> float:
@@ -416,9 +426,9 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
-    gemm += local * _gemm_time(cluster, [2 * per_expert * h * 2 * fe, 2 * per_expert * fe * h], fp8)
+    gemm += local * _gemm_time(cluster, [2 * per_expert * h * 2 * fe, 2 * per_expert * fe * h], fp8, training.kernels)
     if fs:  # their sequence-parallel gather / scatter is the dense MLP's pair (_layer_time_of)
-        gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8)
+        gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8, training.kernels)
     gpu, cal = cluster.gpu, cluster.calibration
     deep = dispatcher == "deepep"
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
@@ -452,7 +462,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     flops = attention_gemm_flops(model, tokens, tp, sequence_parallel)
     if moe is None:  # else the MLP is the MoE block
         flops += mlp_gemm_flops(model, tokens, tp)
-    gemm_each = [_gemm_time(cluster, [f], fp8) for f in flops]  # dense GQA: QKV, proj, FC1, FC2
+    gemm_each = [_gemm_time(cluster, [f], fp8, training.kernels) for f in flops]  # dense GQA: QKV, proj, FC1, FC2
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
     attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
@@ -526,7 +536,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         # per-op checkpointing re-runs the linears it did not keep, every elementwise op (and the FP8
         # casts of those linears), and the collectives it does not keep: the sequence-parallel
         # all-gathers (its reduce-scatters are kept), or the all-reduces without SP
-        op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp), fp8)
+        op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp), fp8, training.kernels)
         op_tp = ag_fwd if tp > 1 else 0.0
         op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp
     # Megatron's --recompute-modules beyond the attention core (LayerTime.module_recompute)
@@ -535,13 +545,14 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     norms = sum(own_norms(model, moe_layer=not dense))
     modules = [("layernorm", norms * 2 * 2 * tokens * model.hidden_size / sp_div / hbm)]
     if model.mla is not None:
-        modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8)))
+        modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8, training.kernels)))
     if moe is not None:
         rows = routed_rows(model, tokens / tp, etp, training.moe_imbalance)
         modules.append(("moe_act", 2 * rows * 3 * model.moe.expert_ffn_hidden_size / etp / hbm))
     elif model.family != Family.GPT:
         f = model.ffn_hidden_size
-        modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8) + 2 * 3 * tokens * f / tp / hbm))
+        modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8, training.kernels)
+                        + 2 * 3 * tokens * f / tp / hbm))
     return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc, tuple(modules))
 
 

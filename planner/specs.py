@@ -33,6 +33,7 @@ __all__ = [
     "ClusterSpec",
     "TrainingSpec",
     "Layout",
+    "Kernels",
     "num_microbatches",
     "format_validation_error",
     "MAX_GPUS",
@@ -127,6 +128,10 @@ def format_validation_error(err: ValidationError, what: str) -> str:
 def _cached_names(cls: type) -> tuple[str, ...]:
     """The cached properties of a spec class (its own and inherited)."""
     return tuple(dict.fromkeys(k for c in cls.__mro__ for k, v in vars(c).items() if isinstance(v, cached_property)))
+
+
+Kernels = Literal["fused", "unfused"]
+"""A stack's kernel family: Megatron/Transformer Engine's fused kernels or eager PyTorch's."""
 
 
 class _Spec(BaseModel):
@@ -585,6 +590,12 @@ class Calibration(_Spec):
     gemm_efficiency_fp8: list[tuple[_real(gt=0, le=1e9), Fraction]] | None = None
     """As gemm_efficiency for FP8 GEMMs, as a fraction of gpu.peak_fp8_flops (None: not measured,
     FP8 is refused on this cluster)."""
+    fp8_gemm_in_training: Fraction = 1.0
+    """What an FP8 GEMM reaches inside a training step of a fused-kernel stack (Transformer Engine's
+    recipes), as a fraction of gemm_efficiency_fp8 (an isolated cuBLASLt sweep): fitted per GPU
+    generation on the published FP8 runs, 1.0 where none are published."""
+    fp8_gemm_in_training_unfused: Fraction = 1.0
+    """The same for the eager-kernel stacks (torchao's float8 under torchtitan)."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:
@@ -685,7 +696,7 @@ class TrainingSpec(_Spec):
     """Gradient buffer dtype: 'bf16' is the 16-bytes/param ledger; 'fp32' main grads (Megatron's default) is 18."""
     attention: Literal["flash", "eager"] = "flash"
     """Attention kernel: 'flash' stores no s^2 scores; 'eager' does."""
-    kernels: Literal["fused", "unfused"] = "fused"
+    kernels: Kernels = "fused"
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': PyTorch's own
     kernels as FSDP trainers run them (llm-foundry; torchtitan, whose compiled blocks it predicts:
     planner.torchtitan_engine.KERNELS)."""

@@ -134,7 +134,7 @@ def test_moe_and_fp8_jobs_carry_their_own_published_error(out_of_sample):
 
 
 def test_fp8_rows_are_priced_and_fp8_is_faster_than_bf16():
-    """The FP8 rows of the published runs (nothing fitted on them): every row is priced (the 405B's
+    """The FP8 rows of the published runs (only the FP8 GEMM share is fitted on them): every row is priced (the 405B's
     126 layers over 64 virtual stages with Megatron's account-for-embedding/loss split), and every
     published BF16/FP8 pair is predicted faster in FP8."""
     import fidelity
