@@ -186,6 +186,13 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         fp8 = args.get("fp8_recipe", "delayed")
         if fp8 not in TE_FP8_RECIPES:
             raise LogError(f"{where}: fp8_recipe = {fp8!r} is not one the planner prices")
+    gather = fp8 is not None and _arg(args, "fp8_param_gather", where, kind=bool, default=False)
+    if fp8 == "nvfp4" and _arg(args, "fp4_param_gather", where, kind=bool, default=False):
+        raise LogError(f"{where}: fp4_param_gather (NVFP4 weights gathered in FP4) is not priced")
+    ends = (0, 0)  # Megatron's defaults for the counts are 1 and 1 (TransformerConfig)
+    if fp8 is not None and _arg(args, "first_last_layers_bf16", where, kind=bool, default=False):
+        ends = (_arg(args, "num_layers_at_start_in_bf16", where, default=1),
+                _arg(args, "num_layers_at_end_in_bf16", where, default=1))
     states = "fp32"
     if _arg(args, "use_precision_aware_optimizer", where, kind=bool, default=False):
         dtypes = {args.get("exp_avg_dtype"), args.get("exp_avg_sq_dtype")}
@@ -195,7 +202,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         states = "bf16"
     training = TrainingSpec(
         optimizer_states=states,
-        fp8=fp8,
+        fp8=fp8, fp8_param_gather=gather, bf16_first_layers=ends[0], bf16_last_layers=ends[1],
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",
         grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",

@@ -67,6 +67,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {v}")
+    return v
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -119,6 +129,11 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "fp32,bf16 offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
+    p.add_argument("--bf16-first-layers", type=_nonnegative_int, default=0, metavar="N",
+                   help="with a Transformer Engine recipe other than delayed: the first N layers' linears stay BF16 "
+                        "(Megatron's --first-last-layers-bf16 --num-layers-at-start-in-bf16 N)")
+    p.add_argument("--bf16-last-layers", type=_nonnegative_int, default=0, metavar="N",
+                   help="the same for the last N layers (--num-layers-at-end-in-bf16 N)")
     p.add_argument("--optimizer-impl", choices=["megatron", "deepspeed", "fsdp2"], default=None,
                    help="whose optimizer engine to price: Megatron's (default), DeepSpeed's (its wrapper and reduce "
                         "buckets) or FSDP2's (torchtitan); --framework deepspeed/torchtitan and --emit set it")
@@ -266,6 +281,7 @@ def _problem(a):
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
+                            bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
                             moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
     return model, cluster, training
 

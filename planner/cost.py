@@ -35,6 +35,7 @@ from planner.memory import (
     TE_RECIPES,
     ParamShard,
     adam_bytes,
+    bf16_layers_on,
     linear_params_per_gpu,
     param_gather_bytes,
     dense_layers_on,
@@ -797,6 +798,13 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
                                                     unpaired), (compute, rc, tpc, cpc, epc))]
         weights = (d, recomputed_layers(layout, d), d, d, d)
         offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
+    if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
+        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False, "bf16_first_layers": 0,
+                                           "bf16_last_layers": 0})
+        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, bf16, layout), layout, unpaired),
+                                       (compute, rc, tpc, cpc, epc))]
+        weights = (k, recomputed_layers(layout, k), k, k, k)
+        offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
     acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
     offsets.append(acc_fixed)
     return _Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
@@ -881,7 +889,8 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     p = layout.pp
     # a rank's pieces depend on whether it is the first (the embedding's gradients) or the last (the
     # logits, the output layer's gradients) and on its dense layers only
-    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i)) for i in range(p)]
+    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i), bf16_layers_on(model, training, layout, i))
+             for i in range(p)]
     first = {k: i for i, k in reversed(list(enumerate(kinds)))}
     by_kind = {k: _pieces(model, cluster, training, layout, i) for k, i in first.items()}
     pieces = [by_kind[k] for k in kinds]

@@ -41,7 +41,7 @@ from planner.cost import (StageCoefficients, accumulation_bytes, stage_coefficie
                           stage_update_time, us_units)
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
-from planner.space import Space, first_rank_min_layers
+from planner.space import Space, first_rank_min_layers, last_rank_min_layers
 from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_microbatches
 
 __all__ = ["Rows", "build_rows", "Model", "build_model", "solver", "TIME_CAP_US", "MEM_CAP_MIB"]
@@ -72,8 +72,8 @@ class PipeRow:
     min_layers: int
     """Layers every rank must hold (a partial recompute of R layers needs n >= R)."""
     first_min: int
-    """Layers the first rank must hold (>= min_layers): an MoE model's leading dense layers
-    (planner.space.first_rank_min_layers)."""
+    """Layers the first rank must hold (>= min_layers): an MoE model's leading dense layers and the
+    BF16 first layers (planner.space.first_rank_min_layers)."""
     recompute: str
     """'none' (rc(n) = 0), 'all' (rc(n) = n) or 'fixed' (rc(n) = min_layers)."""
     time: tuple[StageCoefficients, ...]
@@ -84,6 +84,9 @@ class PipeRow:
     zeros: frozenset[int] | None = None
     """The ZeRO stages whose static rows this row pairs with, where the micro-batch time depends on
     the stage (DeepSpeed's BF16_Optimizer accumulates at ZeRO-1 only: _zero_classes); None: every one."""
+    last_min: int = 1
+    """Layers the last rank must hold (>= min_layers): the BF16 last layers
+    (planner.space.last_rank_min_layers)."""
 
     @property
     def zero(self) -> int:
@@ -174,7 +177,7 @@ class Rows:
         if not self.space.free_split:  # the target's splits only (build_space checked the first rank's minimum)
             return next((fixed for fixed in self.space.fixed_splits(p, pr.v)
                          if all(c >= max(n, pr.min_layers) for c, n in zip(caps, fixed))), None)
-        mins = [pr.first_min] + [pr.min_layers] * (p - 1)
+        mins = [pr.first_min] + [pr.min_layers] * (p - 2) + [pr.last_min] if p > 1 else [pr.first_min]
         if any(c < lo for c, lo in zip(caps, mins)) or sum(caps) < L or sum(mins) > L:
             return None
         if self.space.first_last_only and p > 2:  # equal middle ranks: the largest middle count that leaves a fit
@@ -182,7 +185,7 @@ class Rows:
             for k in range(min(caps[1:-1]), lo - 1, -1):
                 rest = L - (p - 2) * k
                 first = min(caps[0], rest - lo)
-                if first >= pr.first_min and lo <= rest - first <= caps[-1]:
+                if first >= pr.first_min and max(lo, pr.last_min) <= rest - first <= caps[-1]:
                     return (first, *[k] * (p - 2), rest - first)
             return None
         split, left = mins, L - sum(mins)
@@ -303,12 +306,14 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
         p = sh.pp
         for ri, rc in enumerate(space.rc_options(sh)):
             kind, lo = _rc_kind(rc)
-            first = max(lo, first_rank_min_layers(model, sh.vpp)) if p > 1 else lo
+            first = max(lo, first_rank_min_layers(model, training, sh.vpp)) if p > 1 else lo
+            last = max(lo, last_rank_min_layers(training, sh.vpp)) if p > 1 else lo
             for zeros in _zero_classes(training, space, sh, rc):
                 lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
                 coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
                 times = tuple(coef[_position(r, p)] for r in range(p))
-                row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros)
+                row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros,
+                              last_min=last)
                 row.lower = _pipe_lower(L, row)
                 if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
                     t.too_slow += 1
@@ -458,6 +463,8 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
                 m.add(n[r] >= row.min_layers).only_enforce_if(lit)
         if row.first_min > row.min_layers:
             m.add(n[0] >= row.first_min).only_enforce_if(lit)
+        if row.last_min > row.min_layers:
+            m.add(n[p - 1] >= row.last_min).only_enforce_if(lit)
         for r in range(p):
             c = row.time[r]
             rc = {"none": 0, "all": c.per_recomputed * n[r], "fixed": c.per_recomputed * row.min_layers}[row.recompute]

@@ -567,6 +567,29 @@ def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
     return held
 
 
+def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int) -> int:
+    """Layers of pipeline rank `stage` whose linears stay in BF16 under the low-precision recipe
+    (TrainingSpec.bf16_first_layers / bf16_last_layers: Megatron keeps the model's first and last
+    layers by global index in BF16 [Megatron-LM@d98e8a6 megatron/core/fp8_utils.py: get_fp8_context,
+    fp4_utils.py: get_fp4_context]). With an explicit split they fall where it puts the first and
+    last layers (stage i on rank i % pp); otherwise the first rank's first virtual stage holds the
+    first ones and the last rank's last virtual stage the last ones (planner.space requires it), so
+    the count does not depend on the rank's layer count, and the stage functions stay affine in it."""
+    k1, k2 = training.bf16_first_layers, training.bf16_last_layers
+    if not (k1 or k2) or training.fp8 is None:
+        return 0
+    p = layout.pp
+    if layout.pipeline_layers is None:
+        return (k1 if stage == 0 else 0) + (k2 if stage == p - 1 else 0)
+    held, start = 0, 0
+    for i, n in enumerate(layout.pipeline_layers):
+        if i % p == stage:  # global layers [start, start + n) against [0, k1) and [L - k2, L)
+            ends = set(range(min(k1, model.num_layers))) | set(range(model.num_layers - k2, model.num_layers))
+            held += sum(start <= j < start + n for j in ends)
+        start += n
+    return held
+
+
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
     """Non-expert parameters one GPU of pipeline `stage` holds (its TP slice); the routed experts
     are in param_shards.
@@ -767,7 +790,7 @@ def stage_static_items(
         # with --fp8-param-gather the weights themselves are the FP8 tensors (row- and column-wise,
         # 2 B, as the BF16 weight was): no copies beside them. NVFP4: two copies of 0.5625 B
         per = QUANTIZED_COPIES * quantized_element_bytes(training)
-        items.append(MemoryItem("fp8_weights", stage_linear_params(model, layout, stage, layers) * per,
+        items.append(MemoryItem("fp8_weights", stage_linear_params(model, training, layout, stage, layers) * per,
                                 f"{'NVFP4' if training.fp8 == 'nvfp4' else 'FP8'} row- and column-wise copies of the linear weights"))
     return items
 
@@ -785,7 +808,7 @@ def param_gather_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout,
         return tuple(sh.params * PARAM_BYTES for sh in shards)
     if training.fp8 == "mxfp8":
         return tuple(sh.params * MXFP8_GATHER_BYTES for sh in shards)
-    fp8 = stage_linear_params(model, layout, stage, layers) - sum(sh.params for sh in shards[1:])  # non-expert ones
+    fp8 = stage_linear_params(model, training, layout, stage, layers) - sum(sh.params for sh in shards[1:])  # non-expert ones
     out = [(shards[0].params - fp8) * PARAM_BYTES + fp8]
     return tuple(out + [sh.params for sh in shards[1:]])
 
@@ -850,10 +873,12 @@ def _attention_linear(model: ModelSpec) -> int:
     return model.attention_params - m.kv_lora_rank - (m.q_lora_rank or 0)
 
 
-def stage_linear_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
-    """FP8-capable linear weights one GPU of pipeline `stage` holds (its leading dense layers' included)."""
+def stage_linear_params(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
+    """Linear weights one GPU of pipeline `stage` holds in the low-precision recipe (its leading
+    dense layers' included; its BF16 first/last layers, bf16_layers_on, not)."""
     dense = dense_layers_on(model, layout, stage)
-    return (layers - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False)
+    low = layers - bf16_layers_on(model, training, layout, stage)  # BF16 end layers: dense models only (planner.space)
+    return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False)
 
 
 def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True) -> float:
@@ -882,9 +907,17 @@ def stage_activation_items(
               etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
               recompute_modules=layout.recomputed_modules)
     dense = dense_layers_on(model, layout, stage)
+    bf16 = bf16_layers_on(model, training, layout, stage)
 
     def layer_bytes(rc: str, moe_layer: bool = True) -> float:
         return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, **kw)
+
+    def bf16_extra(rc: str) -> float:
+        """What one of the rank's BF16 first/last layers saves beyond a low-precision one (its linears'
+        inputs in BF16); 0 without such layers."""
+        if not bf16:
+            return 0.0
+        return activation_bytes_per_layer(model, b, s, recompute=rc, **{**kw, "fp8_inputs": False}) - layer_bytes(rc)
 
     def kept(rc: str, first: int) -> float:
         """Bytes for one micro-batch of the rank's layers from index `first` on, with `rc`: its leading
@@ -900,12 +933,17 @@ def stage_activation_items(
         else:  # affine in the layers from n_rc on (the rank's dense layers are counted, whatever n)
             n_rc = min(layout.recompute_num_layers, layers)
             per_mb = n_rc * layer_bytes("full") + kept("none", n_rc)
+        # ASSUMPTION: with a partial count the BF16 layers are among the kept ones (an over-count on
+        # the first rank, whose first layers Megatron recomputes)
+        per_mb += bf16 * bf16_extra("full" if layout.recompute_num_layers is None else "none")
         items.append(MemoryItem("activations", flight * per_mb, f"{flight:g} micro-batches in flight"))
         if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
-            peak = max(layer_bytes("none"), layer_bytes("none", False) if dense else 0.0)
+            peak = max(layer_bytes("none"), layer_bytes("none", False) if dense else 0.0,
+                       layer_bytes("none") + bf16_extra("none") if bf16 else 0.0)
             items.append(MemoryItem("recompute_peak", peak, "one layer re-materialised in backward"))
     else:
-        items.append(MemoryItem("activations", flight * kept(layout.recompute.value, 0),
+        rc = layout.recompute.value
+        items.append(MemoryItem("activations", flight * (kept(rc, 0) + bf16 * bf16_extra(rc)),
                                 f"{flight:g} micro-batches in flight"))
         if layout.recompute == Recompute.OP:  # backward re-materialises what the block did not keep
             items.append(MemoryItem("recompute_peak", layer_bytes("none") - layer_bytes("op"),

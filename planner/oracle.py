@@ -11,7 +11,7 @@ from itertools import combinations
 from typing import Any
 
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.space import build_space, first_rank_min_layers, framework_training
+from planner.space import build_space, first_rank_min_layers, framework_training, last_rank_min_layers
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 
 __all__ = ["enumerate_plans", "best_plan", "compositions"]
@@ -38,8 +38,9 @@ def enumerate_plans(
                   else list(space.fixed_splits(shape.pp, shape.vpp)))
         if space.first_last_only:
             splits = [c for c in splits if len(set(c[1:-1])) <= 1]
-        if space.free_split and shape.pp > 1:  # an MoE model's leading dense layers sit on the first rank
-            splits = [c for c in splits if c[0] >= first_rank_min_layers(model, shape.vpp)]
+        if space.free_split and shape.pp > 1:  # leading dense / BF16 layers on the first rank, BF16 last ones on the last
+            splits = [c for c in splits if c[0] >= first_rank_min_layers(model, training, shape.vpp)
+                      and c[-1] >= last_rank_min_layers(training, shape.vpp)]
         for ri, rc in enumerate(space.rc_options(shape)):
             for zero in space.zeros[shape.pp]:
                 best = None

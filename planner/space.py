@@ -116,8 +116,10 @@ def layout_problems(
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
+    if training.bf16_first_layers or training.bf16_last_layers:
+        bad += _bf16_rule_problems(model, training, lay)
     if pipeline_split and not bad:
-        bad += _dense_first_problems(model, lay)
+        bad += _dense_first_problems(model, lay) + _bf16_end_problems(model, training, lay)
     if v > 1:
         m = num_microbatches(training, lay)
         if m < pp or m % pp:
@@ -167,11 +169,57 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
     return bad
 
 
-def first_rank_min_layers(model: ModelSpec, vpp: int) -> int:
-    """The fewest layers the first pipeline rank may hold: an MoE model's leading dense layers sit in
-    its first virtual stage (the planner prices them there), which holds ceil(n / vpp) of its n layers."""
-    k = model.moe.first_dense_layers if model.moe is not None else 0
+def first_rank_min_layers(model: ModelSpec, training: TrainingSpec, vpp: int) -> int:
+    """The fewest layers the first pipeline rank may hold: an MoE model's leading dense layers and
+    the BF16 first layers (TrainingSpec.bf16_first_layers) sit in its first virtual stage (the planner
+    prices them there), which holds ceil(n / vpp) of its n layers (pipeline_layers: the first chunks
+    take the remainder)."""
+    k = max(model.moe.first_dense_layers if model.moe is not None else 0,
+            training.bf16_first_layers if training.fp8 is not None else 0)
     return (k - 1) * vpp + 1 if k else 1
+
+
+def last_rank_min_layers(training: TrainingSpec, vpp: int) -> int:
+    """The fewest layers the last pipeline rank may hold: the BF16 last layers sit in its last
+    virtual stage, which holds floor(n / vpp) of its n layers."""
+    k = training.bf16_last_layers if training.fp8 is not None else 0
+    return k * vpp if k else 1
+
+
+def _bf16_end_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
+    """Without an explicit split the BF16 first/last layers are priced on the first and last rank:
+    their first and last virtual stages must hold them."""
+    k1, k2 = training.bf16_first_layers, training.bf16_last_layers
+    if not (k1 or k2) or lay.pipeline_layers is not None:
+        return []
+    n = stage_layers(model, lay)
+    if lay.pp * lay.vpp == 1:
+        return [f"bf16_first_layers({k1}) + bf16_last_layers({k2}) > num_layers({model.num_layers})"] \
+            if k1 + k2 > model.num_layers else []
+    first = -(-n[0] // lay.vpp) if lay.first_stage_layers is None else n[0] // lay.vpp
+    last = n[-1] // lay.vpp
+    bad = []
+    if first < k1:
+        bad.append(f"the first virtual stage holds {first} layers, fewer than bf16_first_layers({k1}); "
+                   "give pipeline_layers to place them over several stages")
+    if last < k2:
+        bad.append(f"the last virtual stage holds {last} layers, fewer than bf16_last_layers({k2}); "
+                   "give pipeline_layers to place them over several stages")
+    return bad
+
+
+def _bf16_rule_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
+    """BF16 first/last layers: Megatron's option, priced for dense models; at most num_layers // pp
+    each (megatron-core 0.19.2 TransformerConfig.__post_init__: max_bf16_layers_per_pipeline_stage)."""
+    bad, most = [], model.num_layers // lay.pp
+    if model.moe is not None:
+        bad.append("bf16_first_layers / bf16_last_layers are priced for dense models only")
+    if uses_deepspeed(training) or uses_torchtitan(training):
+        bad.append("bf16_first_layers / bf16_last_layers are Megatron's (--first-last-layers-bf16)")
+    for name, k in (("bf16_first_layers", training.bf16_first_layers), ("bf16_last_layers", training.bf16_last_layers)):
+        if k > most:
+            bad.append(f"{name}({k}) > num_layers({model.num_layers}) // pp({lay.pp}) = {most} (Megatron's limit)")
+    return bad
 
 
 def _dense_first_problems(model: ModelSpec, lay: Layout) -> list[str]:
@@ -871,7 +919,8 @@ def build_space(
                                     if not probs and (free or (engine_split and v == 1)
                                                       or (titan_split and pp > 1)
                                                       or not _pipeline_problems(L, pp, v, None, None)
-                                                      and not _dense_first_problems(model, lay)):
+                                                      and not _dense_first_problems(model, lay)
+                                                      and not _bf16_end_problems(model, training, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}

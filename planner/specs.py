@@ -727,6 +727,15 @@ class TrainingSpec(_Spec):
     recipe, or torchtitan's float8.enable_fsdp_float8_all_gather with 'torchao-tensorwise' (FSDP2
     gathers the FP8 cast of each shard [torchao float8/fsdp_utils.py: WeightWithDynamicFloat8CastTensor]).
     torchao's rowwise has none."""
+    bf16_first_layers: _count(MAX_LAYERS, lo=0) = 0
+    """Transformer layers at the start of the model whose linears stay in BF16 under the FP8/NVFP4
+    recipe: Megatron's --first-last-layers-bf16 --num-layers-at-start-in-bf16 N (get_fp8_context /
+    get_fp4_context return a null context for them) [Megatron-LM@d98e8a6 megatron/core/fp8_utils.py,
+    fp4_utils.py]. Megatron-Bridge's bf16_with_fp8_current_scaling_mixed keeps 1 and 1; its
+    performance recipes 0. Dense models, Transformer Engine recipes other than delayed; without a
+    recipe (fp8=None) it has no effect."""
+    bf16_last_layers: _count(MAX_LAYERS, lo=0) = 0
+    """The same at the end of the model (--num-layers-at-end-in-bf16)."""
     optimizer_impl: Literal["megatron", "deepspeed", "fsdp2"] | None = None
     """Whose engine keeps the optimizer states and reduces the gradients: None or 'megatron' =
     Megatron's DDP and distributed optimizer (the ledger's 2 + 4 + 12 B/param, gradients reduced in
@@ -756,6 +765,13 @@ class TrainingSpec(_Spec):
         if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
             raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
                              f"mxfp8) or torchao-tensorwise, got fp8={self.fp8!r}")
+        if self.bf16_first_layers or self.bf16_last_layers:  # no effect without a recipe, as in Megatron
+            field = "bf16_first_layers" if self.bf16_first_layers else "bf16_last_layers"
+            if self.fp8 not in (None, "tensorwise", "blockwise", "mxfp8", "nvfp4"):
+                # megatron-core TransformerConfig.__post_init__: "Delayed scaling does not support first /
+                # last layer in BF16"; torchao's float8 has no such option
+                raise ValueError(f"{field}: BF16 first/last layers need a Transformer Engine recipe other than "
+                                 f"delayed (tensorwise, blockwise, mxfp8, nvfp4), got fp8={self.fp8!r}")
         return self
 
 

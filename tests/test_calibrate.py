@@ -329,6 +329,22 @@ def test_megatron_arguments_carry_the_fp8_recipe():
         megatron_setup(dict(states, exp_avg_sq_dtype="torch.uint8"), planner.load_model(MODEL), m.source)
 
 
+def test_megatron_arguments_carry_fp8_param_gather_and_bf16_end_layers():
+    """--fp8-param-gather and --first-last-layers-bf16 with their counts (TransformerConfig's defaults
+    1 and 1 where the dump omits them) reach the TrainingSpec the log is priced with; FP4 weights
+    gathered in FP4 are refused, not priced as BF16 ones."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model(MODEL)
+    args = dict(m.args, fp8="hybrid", fp8_recipe="tensorwise", fp8_param_gather="True",
+                first_last_layers_bf16="True", num_layers_at_start_in_bf16="2")
+    training, _ = megatron_setup(args, model, m.source)
+    assert training.fp8_param_gather and (training.bf16_first_layers, training.bf16_last_layers) == (2, 1)
+    training, _ = megatron_setup(dict(m.args, first_last_layers_bf16="True"), model, m.source)  # no recipe: no effect
+    assert (training.fp8, training.bf16_first_layers, training.fp8_param_gather) == (None, 0, False)
+    with pytest.raises(LogError, match="fp4_param_gather"):
+        megatron_setup(dict(m.args, fp4="e2m1", fp4_recipe="nvfp4", fp4_param_gather="True"), model, m.source)
+
+
 def test_deepspeed_configuration_sets_batch_micro_batch_zero_and_dp(tmp_path):
     m = read_log(LOGS / "deepspeed_gpt.log")
     o = observation(m, planner.load_model("gpt3-13b"), TrainingSpec(global_batch_size=8, seq_length=2048),

@@ -340,3 +340,78 @@ def test_nvfp4_weight_copies_inputs_and_casts():
     bf = planner.evaluate(m, c, TrainingSpec(**TRAIN), lay)
     mx = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="mxfp8"), lay)
     assert fp4.step_time_s < mx.step_time_s < bf.step_time_s
+
+
+def test_bf16_first_last_layers_priced_on_the_ranks_that_hold_them():
+    """Megatron's --first-last-layers-bf16: the first N and last M layers run their linears in BF16.
+    Llama-3-8B (32 layers) on 8 B200 under NVFP4, tp 2 pp 2 dp 2, 2 first and 1 last layer in BF16:
+    rank 0 pays 2 layers at the BF16 rate and rank 1 one, the other layers as before -- the per-layer
+    rates read off the all-NVFP4 and all-BF16 ranks (16 identical layers each, no logits on rank 0,
+    the same logits on rank 1 at both precisions); the NVFP4 weight copies (2 x 0.5625 B) leave those
+    layers: 218,103,808 linear weights per layer (QKV 4096 x 6144, out-proj 4096^2, three 4096 x
+    14,336), 109,051,904 per GPU at tp 2."""
+    from planner.cost import stage_time
+    from planner.memory import memory_ledger
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-b200", nodes=1)
+    lay = Layout(tp=2, pp=2, dp=2, sequence_parallel=True)
+    base = dict(global_batch_size=16, seq_length=4096)
+    low, bf16 = TrainingSpec(**base, fp8="nvfp4"), TrainingSpec(**base)
+    ends = TrainingSpec(**base, fp8="nvfp4", bf16_first_layers=2, bf16_last_layers=1)
+
+    def compute(t, r):
+        return stage_time(m, c, t, lay, r, 16).compute
+    for r, k in ((0, 2), (1, 1)):
+        per_layer_extra = (compute(bf16, r) - compute(low, r)) / 16
+        assert compute(ends, r) == pytest.approx(compute(low, r) + k * per_layer_extra, rel=1e-9)
+    per_gpu = (4096 * 6144 + 4096 * 4096 + 3 * 4096 * 14336) // 2
+    assert per_gpu == 109_051_904
+    for r, k in ((0, 2), (1, 1)):
+        copies = memory_ledger(m, c, ends, lay).stages[r].get("fp8_weights")
+        assert copies == pytest.approx((16 - k) * per_gpu * 2 * 0.5625)
+    # the BF16 layers keep their linears' inputs in BF16: rank 1 (one micro-batch in flight) holds one
+    # such layer; the difference per layer is the saved quantised inputs at 2 B instead of 0.5625 B
+    from planner.memory import activation_bytes_per_layer
+    kw = dict(tp=2, sequence_parallel=True)
+    one = (activation_bytes_per_layer(m, 1, 4096, fp8_inputs=False, **kw)
+           - activation_bytes_per_layer(m, 1, 4096, fp8_inputs=True, quant_bytes=0.5625, **kw))
+    assert one > 0
+    act = [s.get("activations") for s in memory_ledger(m, c, ends, lay).stages]
+    act0 = [s.get("activations") for s in memory_ledger(m, c, low, lay).stages]
+    assert act[1] - act0[1] == pytest.approx(1 * one) and act[0] - act0[0] == pytest.approx(2 * 2 * one)  # 2 in flight
+
+
+def test_bf16_first_last_layers_follow_megatrons_rules():
+    m = planner.load_model("llama3-8b")
+    h100 = planner.load_cluster("dgx-h100", nodes=1)
+    with pytest.raises(PlannerError, match="field 'bf16_first_layers': .*other than delayed"):
+        TrainingSpec(**TRAIN, fp8="delayed", bf16_first_layers=1)  # TransformerConfig refuses delayed scaling
+    with pytest.raises(PlannerError, match="field 'bf16_last_layers': .*rowwise"):
+        TrainingSpec(**TRAIN, fp8="rowwise", bf16_last_layers=1)  # torchao has no such option
+    t = TrainingSpec(**TRAIN, fp8="tensorwise", bf16_first_layers=9)
+    with pytest.raises(PlannerError, match=r"bf16_first_layers\(9\) > num_layers\(32\) // pp\(4\) = 8"):
+        planner.evaluate(m, h100, t, Layout(pp=4, dp=2))
+    t = TrainingSpec(**TRAIN, fp8="tensorwise", bf16_last_layers=5)  # 8 layers per rank over vpp 2: chunks of 4
+    with pytest.raises(PlannerError, match=r"last virtual stage holds 4 layers, fewer than bf16_last_layers\(5\)"):
+        planner.evaluate(m, h100, t, Layout(pp=4, dp=2, vpp=2))
+    moe = planner.load_model("mixtral-8x7b")
+    with pytest.raises(PlannerError, match="dense models only"):
+        planner.evaluate(moe, planner.load_cluster("dgx-h100", nodes=8), TrainingSpec(**TRAIN, fp8="tensorwise",
+                         bf16_first_layers=1), Layout(tp=8, dp=8, ep=8, sequence_parallel=True))
+    # without a recipe the option has no effect, as in Megatron
+    plain = planner.evaluate(m, h100, TrainingSpec(**TRAIN), Layout(dp=8))
+    assert planner.evaluate(m, h100, TrainingSpec(**TRAIN, bf16_first_layers=1), Layout(dp=8)).step_time_s == plain.step_time_s
+
+
+def test_the_last_rank_keeps_its_bf16_layers_in_its_last_virtual_stage():
+    """Llama-3-8B on 8 H100, tp 2 pp 4 vpp 2, FP8 current scaling: the search gives the last rank (the
+    LM head's) a 3-layer last virtual stage; with its last 4 layers in BF16 that stage holds at least
+    4 (planner.space.last_rank_min_layers: 4 x vpp on the rank, whose last chunk holds the floor)."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    splits = {}
+    for k in (0, 4):
+        t = TrainingSpec(global_batch_size=64, seq_length=4096, fp8="tensorwise", bf16_last_layers=k)
+        best = plan(m, c, t, top_k=1, structural=False, pp=4, vpp=2, tp=2, time_limit_s=60).best
+        splits[k] = best.layout.pipeline_layers
+        assert best.time.objective_us == planner.evaluate(m, c, t, best.layout).time.objective_us
+    assert splits[0][-1] == 3 and splits[4][-1] >= 4

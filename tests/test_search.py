@@ -395,3 +395,24 @@ def test_each_framework_searches_its_own_selective_recompute():
                                         framework_training(TrainingSpec(global_batch_size=1536, seq_length=2048),
                                                            "torchtitan"),
                                         framework="torchtitan").recomputes.values() for rc in o} == {"none", "full"}
+
+
+@st.composite
+def bf16_end_instances(draw):
+    """Dense models under FP8 current scaling on H100 with Megatron's BF16 first/last layers (0-2 each):
+    the first rank's first and the last rank's last virtual stage must hold them."""
+    model, cluster, training, _ = draw(instances(layers=(4, 5, 6, 8)))
+    cluster = planner.load_cluster("dgx-h100", nodes=cluster.num_nodes, gpus_per_node=cluster.gpus_per_node,
+                                   nvlink_domain_size=cluster.gpus_per_node, memory_overhead="0.25 GB")
+    cluster = cluster.model_copy(update={"gpu": cluster.gpu.model_copy(update={"memory": draw(st.sampled_from([3e9, 6e9, 12e9]))})})
+    training = training.model_copy(update={"fp8": "tensorwise", "bf16_first_layers": draw(st.sampled_from([0, 1, 2])),
+                                           "bf16_last_layers": draw(st.sampled_from([1, 2]))})
+    return model, cluster, training, "megatron"
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(bf16_end_instances())
+def test_cpsat_equals_enumerator_with_bf16_first_last_layers(inst):
+    """BF16 first/last layers priced on the ranks that hold them: the CP-SAT optimum equals brute force."""
+    test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
+

@@ -296,6 +296,27 @@ def test_megatron_accepts_nvfp4_plans_and_runs_te_nvfp4(megatron_path):
     assert r.details["fp4"] == "e2m1" and r.details["fp4_recipe"].endswith("nvfp4") and not r.details["fp8"]
 
 
+def test_megatron_accepts_bf16_first_last_layers(megatron_path):
+    """--first-last-layers-bf16 with its two counts, under NVFP4 over two pipeline ranks and under FP8
+    current scaling on one: accepted (megatron-core 0.19.2 bounds each count by num_layers // pp) and
+    carried into TransformerConfig as emitted."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m = planner.load_model("llama3-8b")
+    plans = [planner.evaluate(m, planner.load_cluster("dgx-b200", nodes=1),
+                              TrainingSpec(global_batch_size=16, seq_length=4096, fp8="nvfp4", bf16_first_layers=2,
+                                           bf16_last_layers=1), Layout(tp=2, pp=2, dp=2, sequence_parallel=True)),
+             planner.evaluate(m, planner.load_cluster("dgx-h100", nodes=1),
+                              TrainingSpec(global_batch_size=16, seq_length=4096, fp8="tensorwise", bf16_first_layers=1,
+                                           bf16_last_layers=1), Layout(dp=8))]
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for p in plans])
+    for p, r in zip(plans, results):
+        assert r.ok, r.line()
+        assert r.details["bf16_end_layers"] == [p.training.bf16_first_layers, p.training.bf16_last_layers]
+
+
 def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
     """Every FP8 recipe Megatron offers, on a GPU that runs it: accepted, and TransformerConfig
     carries the recipe (the flag is not dropped)."""

@@ -122,6 +122,9 @@ def _validate(p: dict) -> dict:
                "fp4": getattr(cfg, "fp4", None),
                "fp4_recipe": str(cfg.fp4_recipe) if getattr(cfg, "fp4", None) else None,
                "reuse_grad_buf_for_mxfp8_param_ag": bool(getattr(args, "reuse_grad_buf_for_mxfp8_param_ag", False)),
+               # the layers TransformerConfig keeps in BF16 under the recipe (fp8_utils.get_fp8_context)
+               "bf16_end_layers": [cfg.num_layers_at_start_in_bf16, cfg.num_layers_at_end_in_bf16]
+               if getattr(cfg, "first_last_layers_bf16", False) else None,
                # the layer as TransformerConfig builds it: windows, sinks, biases, the MLP's activation
                "window_size": list(cfg.window_size) if cfg.window_size else None, "windowed_layers": windowed,
                "softmax_type": cfg.softmax_type, "add_bias_linear": bool(cfg.add_bias_linear),
