@@ -581,10 +581,11 @@ def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, sta
     p = layout.pp
     if layout.pipeline_layers is None:
         return (k1 if stage == 0 else 0) + (k2 if stage == p - 1 else 0)
+    L = model.num_layers
+    ends = set(range(min(k1, L))) | set(range(max(0, L - k2), L))  # global layer numbers
     held, start = 0, 0
     for i, n in enumerate(layout.pipeline_layers):
-        if i % p == stage:  # global layers [start, start + n) against [0, k1) and [L - k2, L)
-            ends = set(range(min(k1, model.num_layers))) | set(range(model.num_layers - k2, model.num_layers))
+        if i % p == stage:  # the virtual stage holds global layers [start, start + n)
             held += sum(start <= j < start + n for j in ends)
         start += n
     return held

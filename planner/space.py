@@ -116,7 +116,7 @@ def layout_problems(
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
-    if training.bf16_first_layers or training.bf16_last_layers:
+    if (training.bf16_first_layers or training.bf16_last_layers) and training.fp8 is not None:
         bad += _bf16_rule_problems(model, training, lay)
     if pipeline_split and not bad:
         bad += _dense_first_problems(model, lay) + _bf16_end_problems(model, training, lay)
@@ -190,7 +190,7 @@ def _bf16_end_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) ->
     """Without an explicit split the BF16 first/last layers are priced on the first and last rank:
     their first and last virtual stages must hold them."""
     k1, k2 = training.bf16_first_layers, training.bf16_last_layers
-    if not (k1 or k2) or lay.pipeline_layers is not None:
+    if not (k1 or k2) or training.fp8 is None or lay.pipeline_layers is not None:
         return []
     n = stage_layers(model, lay)
     if lay.pp * lay.vpp == 1:

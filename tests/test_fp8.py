@@ -415,3 +415,17 @@ def test_the_last_rank_keeps_its_bf16_layers_in_its_last_virtual_stage():
         splits[k] = best.layout.pipeline_layers
         assert best.time.objective_us == planner.evaluate(m, c, t, best.layout).time.objective_us
     assert splits[0][-1] == 3 and splits[4][-1] >= 4
+
+
+def test_bf16_end_layers_of_an_explicit_split_fall_where_it_puts_them():
+    """pipeline_layers (2, 3, 3, 2) on pp 2 x vpp 2 (stage i on rank i % 2): with 3 first and 3 last BF16
+    layers of 10, rank 0 holds layers 0-1 and 5-7 (BF16: 0, 1, 7), rank 1 holds 2-4 and 8-9 (BF16: 2, 8, 9)."""
+    from planner.memory import bf16_layers_on
+
+    m = planner.load_model("llama3-8b").model_copy(update={"num_layers": 10})
+    t = TrainingSpec(**TRAIN, fp8="tensorwise", bf16_first_layers=3, bf16_last_layers=3)
+    lay = Layout(pp=2, vpp=2, dp=4, pipeline_layers=(2, 3, 3, 2))
+    assert [bf16_layers_on(m, t, lay, r) for r in (0, 1)] == [3, 3]
+    t2 = t.model_copy(update={"bf16_first_layers": 1, "bf16_last_layers": 2})  # BF16: 0 (rank 0), 8, 9 (rank 1)
+    assert [bf16_layers_on(m, t2, lay, r) for r in (0, 1)] == [1, 2]
+    assert bf16_layers_on(m, t.model_copy(update={"fp8": None}), lay, 0) == 0  # no recipe: no effect
