@@ -80,13 +80,6 @@ def prior_of(cluster, grid: dict[str, list[float]] = GRID) -> dict[str, float]:
     return {k: getattr(cluster.calibration, k) for k in grid}
 
 
-def fit_fp8(fp8_runs, cluster, base: dict) -> dict[str, float]:
-    """fp8_gemm_in_training fitted on `fp8_runs` (one generation's FP8 rows) with the BF16/FP16
-    parameters at `base`; the catalog's value of `cluster` where there are no rows."""
-    prior = prior_of(cluster, FP8_GRID)
-    return fit(fp8_runs, prior, FP8_GRID, base)[1] if fp8_runs else prior
-
-
 def _report(name, runs, sc, upd, groups):
     print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
     for g, errs in sorted(groups.items()):

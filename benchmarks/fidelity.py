@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibrate import fit, fit_fp8, generation, prior_of  # noqa: E402
+from calibrate import FP8_GRID, GRID, fit, generation, prior_of  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
@@ -59,20 +59,14 @@ def _with(cluster, update):
 _REFITS: dict[tuple, dict] = {}
 
 
-def _refit(rows, prior: dict) -> dict:
-    """fit(rows, prior)'s parameters, once per set of rows (the FP8 and MoE groups, absent from the
-    BF16 rows, all refit on the same ones)."""
-    key = (tuple(sorted(r.id for r in rows)), tuple(sorted(prior.items())))
+def _refit(rows, prior: dict, grid: dict = GRID, base: dict | None = None) -> dict:
+    """fit(rows, prior, grid, base)'s parameters, once per set of rows, prior and base (the FP8 and
+    MoE groups, absent from the BF16 rows, all refit on the same ones); the prior without rows."""
+    if not rows:
+        return prior
+    key = (tuple(sorted(r.id for r in rows)), tuple(sorted(prior.items())), tuple(sorted((base or {}).items())))
     if key not in _REFITS:
-        _REFITS[key] = fit(rows, prior)[1]
-    return _REFITS[key]
-
-
-def _refit_fp8(rows, cluster, base: dict) -> dict:
-    """fit_fp8(rows, cluster, base), once per set of rows and base."""
-    key = ("fp8", tuple(sorted(r.id for r in rows)), tuple(sorted(base.items())))
-    if key not in _REFITS:
-        _REFITS[key] = fit_fp8(rows, cluster, base)
+        _REFITS[key] = fit(rows, prior, grid, base)[1]
     return _REFITS[key]
 
 
@@ -90,11 +84,10 @@ def leave_one_group_out(runs, fit_runs=None, fp8_runs=None) -> dict[str, list[tu
         for gen in sorted({generation(r.cluster.name) for r in held}):
             rest = [r for r in pool if r.group != group and generation(r.cluster.name) == gen]
             cluster = next(r.cluster for r in held if generation(r.cluster.name) == gen)
-            prior = prior_of(cluster)
-            refit[gen] = _refit(rest, prior) if rest else prior
+            refit[gen] = _refit(rest, prior_of(cluster))
             if fp8_runs is not None:
                 others = [r for r in fp8_runs if not r.oom and r.group != group and generation(r.cluster.name) == gen]
-                refit[gen] = {**refit[gen], **_refit_fp8(others, cluster, refit[gen])}
+                refit[gen] = {**refit[gen], **_refit(others, prior_of(cluster, FP8_GRID), FP8_GRID, refit[gen])}
         for r in held:
             p = evaluate(r.model, _with(r.cluster, refit[generation(r.cluster.name)]), r.training, r.layout)
             out.setdefault(group, []).append((r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1))

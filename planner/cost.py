@@ -792,19 +792,18 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     unpaired = ep_unpaired_share(layout, num_microbatches(training, layout)) if layout.ep_overlap else 1.0
     compute, rc, tpc, cpc, epc = _layer_terms(lt, layout, unpaired)
     offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
+
+    def instead(n: int, lt_other: LayerTime) -> None:
+        """n of the rank's layers run as lt_other (recomputed first): their difference goes to the offsets."""
+        extra = [a - b for a, b in zip(_layer_terms(lt_other, layout, unpaired), (compute, rc, tpc, cpc, epc))]
+        for j, w in enumerate((n, recomputed_layers(layout, n), n, n, n)):
+            offsets[j] += w * extra[j]
     d = dense_layers_on(model, layout, stage)
-    if d:  # the leading dense layers replace as many MoE layers (recomputed first)
-        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, training, layout, dense=True), layout,
-                                                    unpaired), (compute, rc, tpc, cpc, epc))]
-        weights = (d, recomputed_layers(layout, d), d, d, d)
-        offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
+    if d:  # the leading dense layers replace as many MoE layers
+        instead(d, _layer_time(model, cluster, training, layout, dense=True))
     if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
-        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False, "bf16_first_layers": 0,
-                                           "bf16_last_layers": 0})
-        extra = [a - b for a, b in zip(_layer_terms(_layer_time(model, cluster, bf16, layout), layout, unpaired),
-                                       (compute, rc, tpc, cpc, epc))]
-        weights = (k, recomputed_layers(layout, k), k, k, k)
-        offsets = [o + w * x for o, w, x in zip(offsets, weights, extra)]
+        instead(k, _layer_time(model, cluster, training.model_copy(update={"fp8": None, "fp8_param_gather": False}),
+                               layout))
     acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
     offsets.append(acc_fixed)
     return _Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,

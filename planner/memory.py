@@ -575,8 +575,8 @@ def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, sta
     last layers (stage i on rank i % pp); otherwise the first rank's first virtual stage holds the
     first ones and the last rank's last virtual stage the last ones (planner.space requires it), so
     the count does not depend on the rank's layer count, and the stage functions stay affine in it."""
-    k1, k2 = training.bf16_first_layers, training.bf16_last_layers
-    if not (k1 or k2) or training.fp8 is None:
+    k1, k2 = training.bf16_end_layers
+    if not (k1 or k2):
         return 0
     p = layout.pp
     if layout.pipeline_layers is None:

@@ -116,7 +116,7 @@ def layout_problems(
         bad += _explicit_split_problems(L, pp, v, lay)
     elif pipeline_split:
         bad += _pipeline_problems(L, pp, v, lay.first_stage_layers, lay.last_stage_layers)
-    if (training.bf16_first_layers or training.bf16_last_layers) and training.fp8 is not None:
+    if any(training.bf16_end_layers):
         bad += _bf16_rule_problems(model, training, lay)
     if pipeline_split and not bad:
         bad += _dense_first_problems(model, lay) + _bf16_end_problems(model, training, lay)
@@ -175,22 +175,22 @@ def first_rank_min_layers(model: ModelSpec, training: TrainingSpec, vpp: int) ->
     prices them there), which holds ceil(n / vpp) of its n layers (pipeline_layers: the first chunks
     take the remainder)."""
     k = max(model.moe.first_dense_layers if model.moe is not None else 0,
-            training.bf16_first_layers if training.fp8 is not None else 0)
+            training.bf16_end_layers[0])
     return (k - 1) * vpp + 1 if k else 1
 
 
 def last_rank_min_layers(training: TrainingSpec, vpp: int) -> int:
     """The fewest layers the last pipeline rank may hold: the BF16 last layers sit in its last
     virtual stage, which holds floor(n / vpp) of its n layers."""
-    k = training.bf16_last_layers if training.fp8 is not None else 0
+    k = training.bf16_end_layers[1]
     return k * vpp if k else 1
 
 
 def _bf16_end_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
     """Without an explicit split the BF16 first/last layers are priced on the first and last rank:
     their first and last virtual stages must hold them."""
-    k1, k2 = training.bf16_first_layers, training.bf16_last_layers
-    if not (k1 or k2) or training.fp8 is None or lay.pipeline_layers is not None:
+    k1, k2 = training.bf16_end_layers
+    if not (k1 or k2) or lay.pipeline_layers is not None:
         return []
     n = stage_layers(model, lay)
     if lay.pp * lay.vpp == 1:
@@ -216,7 +216,7 @@ def _bf16_rule_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -
         bad.append("bf16_first_layers / bf16_last_layers are priced for dense models only")
     if uses_deepspeed(training) or uses_torchtitan(training):
         bad.append("bf16_first_layers / bf16_last_layers are Megatron's (--first-last-layers-bf16)")
-    for name, k in (("bf16_first_layers", training.bf16_first_layers), ("bf16_last_layers", training.bf16_last_layers)):
+    for name, k in zip(("bf16_first_layers", "bf16_last_layers"), training.bf16_end_layers):
         if k > most:
             bad.append(f"{name}({k}) > num_layers({model.num_layers}) // pp({lay.pp}) = {most} (Megatron's limit)")
     return bad

@@ -774,6 +774,11 @@ class TrainingSpec(_Spec):
                                  f"delayed (tensorwise, blockwise, mxfp8, nvfp4), got fp8={self.fp8!r}")
         return self
 
+    @property
+    def bf16_end_layers(self) -> tuple[int, int]:
+        """(first, last) layers kept in BF16 that take effect: (0, 0) without a low-precision recipe."""
+        return (0, 0) if self.fp8 is None else (self.bf16_first_layers, self.bf16_last_layers)
+
 
 class Layout(_Spec):
     """A parallel layout: degrees, sharding, micro-batch and recomputation."""

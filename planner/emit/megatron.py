@@ -162,9 +162,10 @@ def megatron_args(plan: Plan) -> list[str]:
             if t.fp8 == "mxfp8":  # gathered in BF16 through the gradient buffer (memory.MXFP8_GATHER_BYTES),
                 # as Megatron recommends and Megatron-Bridge's bf16_with_mxfp8_mixed sets
                 a += ["--reuse-grad-buf-for-mxfp8-param-ag"]
-        if t.bf16_first_layers or t.bf16_last_layers:  # their linears in BF16 (planner.memory.bf16_layers_on)
-            a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(t.bf16_first_layers),
-                  "--num-layers-at-end-in-bf16", str(t.bf16_last_layers)]
+        if any(t.bf16_end_layers):  # their linears in BF16 (planner.memory.bf16_layers_on)
+            first, last = t.bf16_end_layers
+            a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
+                  "--num-layers-at-end-in-bf16", str(last)]
     if t.optimizer_states == "bf16":  # BF16 moments (and master remainders): planner.memory.adam_bytes
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
