@@ -9,9 +9,11 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from planner.errors import PlannerError
 from planner.search import PlanResult, plan
-from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.specs import ClusterSpec, ModelSpec, TrainingSpec, format_validation_error
 
 __all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label"]
 
@@ -31,13 +33,20 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     values = [list(dict.fromkeys(choices[n])) for n in names]
     if not names or any(not v for v in values):
         raise PlannerError("choices: give at least one value for each field")
-    combos = list(itertools.product(*values))
+    variants, refused = {}, []
+    for combo in itertools.product(*values):  # validated: model_copy(update=...) would skip the cross-field rules
+        try:
+            variants[combo] = TrainingSpec.model_validate({**training.model_dump(), **dict(zip(names, combo))})
+        except ValidationError as e:
+            refused.append(f"{combo_label(names, combo)} refused ({format_validation_error(e, 'TrainingSpec')})")
+    if not variants:
+        raise PlannerError("choices: no combination is a valid workload: " + "; ".join(refused))
+    combos = list(variants)
     start, results = time.perf_counter(), {}
     for i, combo in enumerate(combos):
         left = time_limit_s - (time.perf_counter() - start)
         share = max(left / (len(combos) - i), 1e-3)
-        results[combo] = plan(model, cluster, training.model_copy(update=dict(zip(names, combo))), top_k=top_k,
-                              time_limit_s=share, **kw)
+        results[combo] = plan(model, cluster, variants[combo], top_k=top_k, time_limit_s=share, **kw)
     found = [r for r in results.values() if r.best is not None]
     if not found:
         first = next(iter(results.values()))
@@ -49,7 +58,8 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
                     key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "workload choice: " + ", ".join(
-        f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items())
+        [f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items()]
+        + refused)
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line)), results

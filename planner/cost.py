@@ -27,6 +27,7 @@ import numpy as np
 from planner import deepspeed_engine, torchtitan_engine
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
+from planner.errors import PlannerError
 from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
@@ -37,6 +38,7 @@ from planner.memory import (
     adam_bytes,
     bf16_layers_on,
     linear_params_per_gpu,
+    optimizer_shard_params,
     param_gather_bytes,
     dense_layers_on,
     own_norms,
@@ -51,6 +53,8 @@ from planner.topology import group_placement, placement
 from planner.torchtitan_engine import uses_torchtitan
 
 __all__ = [
+    "OffloadTime",
+    "stage_offload_time",
     "layer_gemm_flops",
     "attention_gemm_flops",
     "mlp_gemm_flops",
@@ -1060,12 +1064,72 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                              for (sh, g), grp in zip(pairs, groups)], fwd)
 
 
+OFFLOAD_LINK_BYTES = 4
+"""Host-link bytes per offloaded element, each way: the FP32 main gradient into its pinned FP32 copy
+(device to host), and the updated FP32 copy back into the BF16 parameter, which a non-blocking copy_
+moves as FP32 and converts on the GPU (host to device) [Megatron-LM@d98e8a6 megatron/core/optimizer/
+cpu_offloading/hybrid_optimizer.py: _set_sub_optimizer_grads, param_copy_back_gpu_hook; torch
+aten/src/ATen/native/cuda/Copy.cu: copy_kernel_cuda, "If non_blocking is true - type conversions are
+performed on the GPU"]."""
+CPU_ADAM_BYTES = 28
+"""Host-memory bytes torch's fused CPU AdamW (Megatron's CPUAdam, fused=True) moves per FP32
+element: it reads the parameter, the gradient, exp_avg and exp_avg_sq and writes the parameter,
+exp_avg and exp_avg_sq (4 B each)."""
+HOST_STREAM_EFFICIENCY = 0.6
+"""Share of the host's peak memory bandwidth the CPU Adam steps of a node's ranks sustain together.
+ASSUMPTION: no published measurement of torch's CPU AdamW under Megatron; STREAM-like kernels reach
+0.7-0.8 of peak on two-socket servers, less across NUMA nodes, which pinned buffers do not respect."""
+
+
+@dataclass(frozen=True)
+class OffloadTime:
+    """The offloaded share of one rank's optimizer step, seconds (Megatron's HybridDeviceOptimizer
+    with --overlap-cpu-optimizer-d2h-h2d)."""
+
+    gpu: float
+    """Transformer Engine's FusedAdam over the share kept on the GPU."""
+    d2h: float
+    """The offloaded gradients to the host."""
+    cpu: float
+    """torch's AdamW on the host, the node's ranks sharing its memory bandwidth."""
+    h2d: float
+    """The updated parameters back."""
+
+    @property
+    def total(self) -> float:
+        """With the overlap each parameter is its own CPU optimizer: its gradient copy, its CPU step and
+        its copy back pipeline with the other parameters', the GPU step runs beside them, and every copy
+        back waits for the GPU step (the copy stream waits on the compute stream) [hybrid_optimizer.py:
+        step, _register_param_copy_back_gpu_hook, build_cpu_optimizer_list]: the longest of the three
+        chains (fills ignored)."""
+        return max(self.d2h, self.cpu, self.gpu + self.h2d)
+
+
+def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                       layers: int) -> OffloadTime:
+    """The optimizer step of pipeline rank `stage` under TrainingSpec.optimizer_offload (> 0).
+    ASSUMPTION: the node's other ranks offload as much at the same time (they hold the same stage or
+    its neighbours), so each gets 1 / gpus_per_node of the host's memory bandwidth."""
+    host = cluster.host
+    if host is None:
+        raise PlannerError(f"cluster.host: {cluster.name} has no host spec; optimizer_offload needs its CPU memory "
+                           "and host links")
+    psi, f = optimizer_shard_params(model, layout, stage, layers), training.optimizer_offload
+    hbm = cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency
+    gpu = (1 - f) * psi * (2 * adam_bytes(training) + ADAM_OTHER_BYTES) / hbm
+    link = OFFLOAD_LINK_BYTES * f * psi / host.link_bandwidth
+    cpu = (CPU_ADAM_BYTES * f * psi * cluster.gpus_per_node
+           / (host.memory_bandwidth * HOST_STREAM_EFFICIENCY))
+    return OffloadTime(gpu, link, cpu, link)
+
+
 def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                          layers: int) -> float:
     """The Adam step on pipeline rank `stage`: memory-bound over the parameters it updates
-    (sharded over dp x cp from ZeRO-1 on)."""
-    psi = sum(sh.params / (sh.dp if layout.zero_stage >= 1 else 1)
-              for sh in param_shards(model, layout, stage, layers))
+    (sharded over dp x cp from ZeRO-1 on); with optimizer offload, stage_offload_time."""
+    if training.optimizer_offload:
+        return stage_offload_time(model, cluster, training, layout, stage, layers).total
+    psi = optimizer_shard_params(model, layout, stage, layers)
     gpu = cluster.gpu
     touched = 2 * adam_bytes(training) + ADAM_OTHER_BYTES
     return psi * touched / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)

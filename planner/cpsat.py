@@ -39,7 +39,7 @@ from ortools.sat.python import cp_model
 
 from planner.cost import (StageCoefficients, accumulation_bytes, stage_coefficients, stage_optimizer_time,
                           stage_update_time, us_units)
-from planner.memory import in_flight_microbatches, stage_activation_items, stage_static_items
+from planner.memory import in_flight_microbatches, stage_activation_items, stage_host_bytes, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
 from planner.space import Space, first_rank_min_layers, last_rank_min_layers
 from planner.specs import ClusterSpec, ModelSpec, Recompute, TrainingSpec, num_microbatches
@@ -111,6 +111,9 @@ class StaticRow:
     """Per rank: (KiB per layer, fixed KiB) of weights, gradients, optimizer states."""
     update: tuple[tuple[int, ...], ...] | None = None
     """Per rank: update microseconds for n = 0 .. L - p + 1 layers (entries a rank cannot hold are padded)."""
+    host_most: tuple[int, ...] | None = None
+    """Per rank: the most layers whose offloaded optimizer states fit its share of host memory
+    (planner.memory.stage_host_bytes); None without optimizer offload."""
 
 
 @dataclass
@@ -174,6 +177,8 @@ class Rows:
         L = self.num_layers
         p = len(pr.time)
         caps = [_most_layers(pr.act[r], sr.mem[r], cap_mib, L - p + 1) for r in range(p)]
+        if sr.host_most is not None:
+            caps = [min(c, h) for c, h in zip(caps, sr.host_most)]
         if not self.space.free_split:  # the target's splits only (build_space checked the first rank's minimum)
             return next((fixed for fixed in self.space.fixed_splits(p, pr.v)
                          if all(c >= max(n, pr.min_layers) for c, n in zip(caps, fixed))), None)
@@ -214,6 +219,9 @@ class Rows:
                 kinds = {r: _linear(lambda n, r=r: _bytes(stage_static_items(model, training, lay, r, n)), 1)
                          for r in _positions(p)}
                 row.mem = tuple(kinds[_position(r, p)] for r in range(p))
+                if training.optimizer_offload:
+                    host = {r: _host_most(model, cluster, training, lay, r, hi) for r in _positions(p)}
+                    row.host_most = tuple(host[_position(r, p)] for r in range(p))
             if update and row.update is None:
                 key = (lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
                 if key not in self._updates:
@@ -228,6 +236,24 @@ class Rows:
                 row.update = tuple(upd[_position(r, p)] for r in range(p))
                 floor = max(min(u[1:]) for u in upd.values())  # the slowest rank's update is at least each rank's least
                 row.lower = max(row.lower, floor)
+
+
+def _host_most(model, cluster, training, lay, r: int, hi: int) -> int:
+    """The most layers (<= hi) rank r holds with its offloaded optimizer states within its share of
+    host memory (the bytes grow with the layers; 0 when even one layer does not fit)."""
+    cap = cluster.host_memory_per_gpu
+
+    def fits(n: int) -> bool:
+        return stage_host_bytes(model, training, lay, r, n) <= cap
+
+    one = stage_host_bytes(model, training, lay, r, 1)
+    per = stage_host_bytes(model, training, lay, r, 2) - one
+    n = hi if per <= 0 else max(0, min(hi, 1 + int((cap - one) // per)))  # affine in n: a guess, then exact
+    while n > 0 and not fits(n):
+        n -= 1
+    while n < hi and fits(n + 1):
+        n += 1
+    return n
 
 
 def _most_layers(act: tuple[int, int], mem: tuple[int, int], cap_mib: int, hi: int) -> int:
@@ -496,6 +522,8 @@ def _add_group(m: cp_model.CpModel, rows: Rows, p: int, pi: list[int], sj: list[
         for r in range(p):
             per, fixed = row.mem[r]
             m.add(KIB_PER_MIB * stat[r] >= per * n[r] + fixed).only_enforce_if(lit)
+            if row.host_most is not None:  # the offloaded optimizer states within host memory
+                m.add(n[r] <= row.host_most[r]).only_enforce_if(lit)
     peak = m.new_int_var(0, 2 * MEM_CAP_MIB, f"peak{p}")
     for r in range(p):
         m.add(peak >= act[r] + stat[r])

@@ -39,6 +39,9 @@ __all__ = [
     "stage_static_items",
     "stage_activation_items",
     "STATIC_ITEMS",
+    "optimizer_shard_params",
+    "stage_host_bytes",
+    "OFFLOAD_HOST_BYTES",
 ]
 
 PARAM_BYTES = 2  # bf16/fp16 weights
@@ -53,6 +56,12 @@ the master weight and Adam adds only m and v [torch 2.13 distributed/fsdp/_fully
 FSDPParam (sharded_param, unsharded param_dtype); torchtitan 0.3 distributed/fsdp.py:
 apply_fsdp_to_decoder: MixedPrecisionPolicy(param_dtype, reduce_dtype), [norm, lm_head] sharded with
 reshard_after_forward only under the 'always' policy, blocks with it off under PP]."""
+OFFLOAD_HOST_BYTES = 16
+"""Host bytes per element of the optimizer shard Megatron offloads: the pinned FP32 copy of the
+parameter (param_update_in_fp32), torch AdamW's FP32 exp_avg and exp_avg_sq, and the pinned FP32
+gradient the copy is handed [Megatron-LM@d98e8a6 megatron/core/optimizer/cpu_offloading/
+hybrid_optimizer.py: _get_sub_optimizer_param_groups (param.detach().clone().cpu(), then .float()
+pinned), _set_sub_optimizer_grads (torch.empty(param.shape, dtype=param.dtype, pin_memory=True))]."""
 ZERO3_PREFETCH_LAYERS = 2
 # ASSUMPTION: ZeRO-3 keeps about two layers of gathered bf16 weights alive (the one in use and the
 # prefetched next one), as FSDP's forward prefetch does; DeepSpeed keeps what its reuse distance
@@ -85,6 +94,20 @@ def adam_bytes(training: TrainingSpec) -> float:
     if training.optimizer_states == "fp32":
         return ADAM_BYTES
     return 4 + (2 if training.fp8 in (None, "delayed", "nvfp4") else 4)
+
+
+def optimizer_shard_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
+    """Parameters whose Adam step one GPU of pipeline `stage` runs: each shard over its own
+    data-parallel group from ZeRO-1 on (param_shards), whole without ZeRO."""
+    return sum(sh.params / (sh.dp if layout.zero_stage >= 1 else 1) for sh in param_shards(model, layout, stage, layers))
+
+
+def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
+    """Host bytes one GPU's rank of pipeline `stage` pins for its offloaded optimizer share
+    (TrainingSpec.optimizer_offload; 0 without)."""
+    if not training.optimizer_offload:
+        return 0.0
+    return OFFLOAD_HOST_BYTES * training.optimizer_offload * optimizer_shard_params(model, layout, stage, layers)
 
 
 def static_memory(
@@ -702,6 +725,17 @@ class MemoryLedger:
     capacity: float
     """GPU memory, bytes."""
     breakdown: dict[str, float] = field(default_factory=dict)
+    host: tuple[float, ...] = ()
+    """Per stage: host bytes one GPU's rank pins for its offloaded optimizer share (empty without)."""
+    host_capacity: float | None = None
+    """Host memory per GPU (ClusterSpec.host_memory_per_gpu); None without a host spec."""
+
+    @property
+    def host_fits(self) -> bool:
+        """Every stage's offloaded states within its share of host memory (True with nothing offloaded)."""
+        if not any(self.host):
+            return True
+        return self.host_capacity is not None and max(self.host) <= self.host_capacity
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -743,10 +777,14 @@ def stage_static_items(
     st = sharded_static_memory(shards, grad_dtype=training.grad_dtype,
                                zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
                                param_bytes=master or PARAM_BYTES)
+    kept = 1 - training.optimizer_offload  # the rest is pinned on the host (stage_host_bytes)
     items = [
         MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
         MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
-        MemoryItem("optimizer", st.optimizer, "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
+        MemoryItem("optimizer", st.optimizer * kept,
+                   "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
+                   else f"Adam fp32 master + m + v, 12 B/param, on the GPU for {kept:.0%} of the shard"
+                   if training.optimizer_offload
                    else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
                    else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
     ]
@@ -997,4 +1035,6 @@ def memory_ledger(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """
     layers = stage_layers(model, layout)
     stages = tuple(stage_memory(model, cluster, training, layout, i, n) for i, n in enumerate(layers))
-    return MemoryLedger(stages=stages, capacity=cluster.gpu.memory)
+    host = tuple(stage_host_bytes(model, training, layout, i, n) for i, n in enumerate(layers)) \
+        if training.optimizer_offload else ()
+    return MemoryLedger(stages=stages, capacity=cluster.gpu.memory, host=host, host_capacity=cluster.host_memory_per_gpu)

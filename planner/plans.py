@@ -134,8 +134,9 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        """Peak memory within the GPU, in the search's units (each part rounded up to MiB)."""
-        return self.memory_margin_units >= 0
+        """Peak memory within the GPU, in the search's units (each part rounded up to MiB), and any
+        offloaded optimizer states within host memory."""
+        return self.memory_margin_units >= 0 and self.memory.host_fits
 
     @property
     def memory_margin_units(self) -> int:
@@ -237,9 +238,13 @@ def evaluate(
     led = memory_ledger(model, cluster, training, layout)
     time = StepTime(pipeline_time(model, cluster, training, layout), update_time(model, cluster, training, layout))
     plan = Plan(model, cluster, training, layout, led, time)
-    if not plan.fits:
+    if plan.memory_margin_units < 0:
         warnings.append(f"does not fit: peak {led.peak_bytes / 2**30:.1f} GiB on stage {led.peak_stage.stage} "
                         f"> {led.capacity / 2**30:.1f} GiB")
+    if not led.host_fits:
+        worst = max(range(len(led.host)), key=lambda i: led.host[i])
+        warnings.append(f"does not fit: offloaded optimizer states {led.host[worst] / 2**30:.1f} GiB per GPU on stage "
+                        f"{worst} > {led.host_capacity / 2**30:.1f} GiB of host memory per GPU")
     m = num_microbatches(training, layout)
     if m < layout.pp:
         warnings.append(f"only {m} micro-batches for pp({layout.pp}): the pipeline never fills")

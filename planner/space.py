@@ -99,6 +99,12 @@ def layout_problems(
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, lay)
+    if training.optimizer_offload and lay.zero_stage != 1 and zero_rules:  # build_space: zero_stages
+        # HybridDeviceOptimizer needs --use-precision-aware-optimizer, which needs the distributed
+        # optimizer [Megatron-LM@d98e8a6 training/arguments.py: validate_args; optimizer/__init__.py:
+        # get_megatron_optimizer]
+        bad.append(f"optimizer_offload needs Megatron's distributed optimizer (zero_stage 1), got zero_stage "
+                   f"{lay.zero_stage}")
     if uses_deepspeed(training) and zero_rules:
         bad += _deepspeed_problems(training, lay)
     if model.mla is not None:
@@ -382,11 +388,19 @@ def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
                            "(calibration.gemm_efficiency_fp8) or FP8 peak (gpu.peak_fp8_flops); add them to price FP8")
 
 
+def check_offload(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """Refuse optimizer offload where the cluster says nothing about its hosts (one line, named)."""
+    if training.optimizer_offload and cluster.host is None:
+        raise PlannerError(f"training.optimizer_offload: cluster '{cluster.name}' has no host spec (host: memory, "
+                           "memory_bandwidth, link_bandwidth, cores); add it to price CPU offload")
+
+
 def check_layout(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
 ) -> None:
     """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
     check_precision(cluster, training)
+    check_offload(cluster, training)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
         more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -723,6 +737,8 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
     DeepSpeed: ZeRO-2/3 are rejected with its pipeline engine (launch-configs.md §3.3);
     torchtitan: FSDP2 (3) or plain replication (0). None: every stage.
     """
+    if training is not None and training.optimizer_offload:  # Megatron's distributed optimizer only
+        return (1,)
     if framework in (None, "any"):
         return (0, 1, 2, 3)
     if framework == "deepspeed" and training is not None and not zero0_runs(training):
@@ -805,6 +821,10 @@ def build_space(
     """
     constraints = validate_constraints(dict(constraints or {}))
     check_precision(cluster, training)
+    check_offload(cluster, training)
+    if training.optimizer_offload and framework in MEGATRON_ONLY_REFUSED_BY:
+        raise PlannerError(f"training.optimizer_offload: CPU offload is priced as Megatron's HybridDeviceOptimizer; "
+                           f"framework '{framework}' would not run it (use framework='megatron' or 'any')")
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")

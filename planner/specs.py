@@ -26,6 +26,7 @@ __all__ = [
     "GpuSpec",
     "LinkTier",
     "ScaleOut",
+    "HostSpec",
     "PredictionError",
     "MoESpec",
     "MLASpec",
@@ -567,6 +568,29 @@ class ScaleOut(_Spec):
     """Small-message latency alpha of one inter-node collective, seconds."""
 
 
+class HostSpec(_Spec):
+    """The host side of a node, for what the optimizer offloads to it (TrainingSpec.optimizer_offload)."""
+
+    memory: Bytes
+    """Host (CPU) memory per node, bytes."""
+    memory_bandwidth: BytesPerS
+    """Peak host memory bandwidth per node (channels x transfer rate x 8 B), bytes/s."""
+    link_bandwidth: BytesPerS
+    """One GPU's host link, one direction, pinned-memory copies (PCIe or NVLink-C2C), bytes/s."""
+    cores: _count(100_000)
+    """CPU cores per node (the emitted launch gives each rank its share as OMP_NUM_THREADS)."""
+    reserve: Bytes = 64 * 2**30
+    """Host memory per node kept for the OS, the data loaders and the processes themselves
+    (ASSUMED 64 GiB unless the cluster says otherwise); the rest may hold offloaded states."""
+
+    @model_validator(mode="after")
+    def _check(self) -> HostSpec:
+        if self.reserve >= self.memory:
+            raise ValueError(f"reserve: the reserve ({self.reserve / 2**30:.0f} GiB) must be smaller than memory "
+                             f"({self.memory / 2**30:.0f} GiB)")
+        return self
+
+
 class Calibration(_Spec):
     """Physical efficiency parameters, fitted once per GPU generation (never per run)."""
 
@@ -645,6 +669,8 @@ class ClusterSpec(_Spec):
     """Per-GPU memory outside the ledger (CUDA context, NCCL buffers, allocator fragmentation)."""
     calibration: Calibration
     """Fitted efficiency parameters."""
+    host: HostSpec | None = None
+    """The nodes' CPU memory and host links (None: unknown, and optimizer offload is refused)."""
     prediction_error: PredictionError | None = None
     """Measured error of predictions here (set by planner calibrate); None: the published-run
     residuals of this GPU generation (planner.uncertainty)."""
@@ -679,6 +705,12 @@ class ClusterSpec(_Spec):
     def usable_memory(self) -> float:
         """GPU memory minus the overhead item, bytes."""
         return self.gpu.memory - self.memory_overhead
+
+    @property
+    def host_memory_per_gpu(self) -> float | None:
+        """Host memory one GPU's rank may fill with offloaded states: the node's, less its reserve,
+        shared evenly by the node's GPUs (None without a host spec)."""
+        return None if self.host is None else (self.host.memory - self.host.reserve) / self.gpus_per_node
 
 
 class TrainingSpec(_Spec):
@@ -746,6 +778,17 @@ class TrainingSpec(_Spec):
     weight (shard) is Adam's master, 4 + 4 + 8 B/param, and the output layer's unit stays gathered
     with its BF16 gradient (planner.memory.stage_static_items, planner.torchtitan_engine).
     A search for framework='deepspeed' or 'torchtitan' sets it."""
+    optimizer_offload: _real(ge=0, le=1) = 0.0
+    """Share of each rank's optimizer shard kept and stepped on the CPU: Megatron's
+    --optimizer-cpu-offload --optimizer-offload-fraction F (with --use-precision-aware-optimizer,
+    which it requires, and --overlap-cpu-optimizer-d2h-h2d). HybridDeviceOptimizer pins an FP32 copy
+    of the first F of the shard's elements in host memory with torch's AdamW m and v and an FP32
+    gradient (16 B per element), steps them with torch's fused CPU AdamW and keeps the rest on the
+    GPU with Transformer Engine's FusedAdam over FP32 copies (12 B) [Megatron-LM@d98e8a6
+    megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py: HybridDeviceOptimizer.
+    _get_sub_optimizer_param_groups, _set_sub_optimizer_grads, step; optimizer/__init__.py:
+    _get_megatron_optimizer_based_on_param_groups]. 0 = off. Megatron's distributed optimizer
+    (ZeRO-1), FP32 Adam states, and a cluster with a host spec."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
@@ -765,6 +808,18 @@ class TrainingSpec(_Spec):
         if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
             raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
                              f"mxfp8) or torchao-tensorwise, got fp8={self.fp8!r}")
+        if self.optimizer_offload:
+            if self.optimizer_states != "fp32":
+                # HybridDeviceOptimizer builds its Adams without exp_avg_dtype: FP32 m and v on both sides
+                raise ValueError("optimizer_offload: Megatron's offloaded optimizer keeps FP32 Adam states; "
+                                 f"optimizer_states={self.optimizer_states!r} is not what it runs")
+            if self.optimizer_impl not in (None, "megatron"):
+                raise ValueError(f"optimizer_offload: priced for Megatron's HybridDeviceOptimizer only, got "
+                                 f"optimizer_impl={self.optimizer_impl!r}")
+            if self.fp8_param_gather and self.fp8 != "delayed":
+                # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
+                raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "
+                                 f"under the delayed recipe, got fp8={self.fp8!r}")
         if self.bf16_first_layers or self.bf16_last_layers:  # no effect without a recipe, as in Megatron
             field = "bf16_first_layers" if self.bf16_first_layers else "bf16_last_layers"
             if self.fp8 not in (None, "tensorwise", "blockwise", "mxfp8", "nvfp4"):
