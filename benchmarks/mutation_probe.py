@@ -221,6 +221,16 @@ MUTANTS = [
      "GPT-OSS: expert biases not counted"),
     ("planner/emit/megatron.py", 'f"{m.sliding_window - 1},0"', 'f"{m.sliding_window},0"',
      "GPT-OSS: Megatron's window one key wider"),
+    ("planner/cost.py", "return max(self.d2h, self.cpu, self.gpu + self.h2d)", "return max(self.d2h, self.cpu, self.gpu)",
+     "offload: the copy back free"),
+    ("planner/cost.py", "cpu = (CPU_ADAM_BYTES * f * psi * cluster.gpus_per_node", "cpu = (CPU_ADAM_BYTES * f * psi",
+     "offload: CPU Adam with the node's bandwidth alone"),
+    ("planner/memory.py", "MemoryItem(\"optimizer\", st.optimizer * kept,", "MemoryItem(\"optimizer\", st.optimizer,",
+     "offload: the offloaded states kept on the GPU too"),
+    ("planner/memory.py", "return OFFLOAD_HOST_BYTES * training.optimizer_offload", "return 12 * training.optimizer_offload",
+     "offload: host without the FP32 gradient"),
+    ("planner/cpsat.py", "m.add(n[r] <= row.host_most[r]).only_enforce_if(lit)", "pass",
+     "offload: host memory not a CP-SAT constraint"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target)
@@ -259,7 +269,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
-                                       "tests/test_torchtitan_engine.py")
+                                       "tests/test_torchtitan_engine.py tests/test_offload.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

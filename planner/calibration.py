@@ -193,15 +193,20 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     if fp8 is not None and _arg(args, "first_last_layers_bf16", where, kind=bool, default=False):
         ends = (_arg(args, "num_layers_at_start_in_bf16", where, default=1),
                 _arg(args, "num_layers_at_end_in_bf16", where, default=1))
-    states = "fp32"
-    if _arg(args, "use_precision_aware_optimizer", where, kind=bool, default=False):
+    states, offload = "fp32", 0.0
+    if _arg(args, "optimizer_cpu_offload", where, kind=bool, default=False):  # HybridDeviceOptimizer: FP32 Adams
+        if not _arg(args, "overlap_cpu_optimizer_d2h_h2d", where, kind=bool, default=False):
+            raise LogError(f"{where}: optimizer_cpu_offload without overlap_cpu_optimizer_d2h_h2d is not priced "
+                           "(the planner prices the overlapped copies and CPU steps)")
+        offload = _arg(args, "optimizer_offload_fraction", where, kind=float, default=1.0)
+    elif _arg(args, "use_precision_aware_optimizer", where, kind=bool, default=False):
         dtypes = {args.get("exp_avg_dtype"), args.get("exp_avg_sq_dtype")}
         if not dtypes <= {"torch.bfloat16", "bf16"}:
             raise LogError(f"{where}: precision-aware optimizer with exp_avg dtypes {sorted(map(str, dtypes))}: "
                            "only BF16 moments are priced")
         states = "bf16"
     training = TrainingSpec(
-        optimizer_states=states,
+        optimizer_states=states, optimizer_offload=offload,
         fp8=fp8, fp8_param_gather=gather, bf16_first_layers=ends[0], bf16_last_layers=ends[1],
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",

@@ -124,6 +124,10 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
                    help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "
                         "fp32,bf16 offers the choice (plan only)")
+    p.add_argument("--optimizer-offload", default="0", metavar="F[,F...]",
+                   help="share of each rank's optimizer shard kept and stepped on the CPU (Megatron's "
+                        "--optimizer-cpu-offload --optimizer-offload-fraction F; 0 = off, the default); a comma list, "
+                        "e.g. 0,0.5,1, offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
     p.add_argument("--bf16-first-layers", type=_nonnegative_int, default=0, metavar="N",
@@ -267,17 +271,32 @@ def _states_list(a) -> list[str]:
     return _word_list("--optimizer-states", a.optimizer_states, ("fp32", "bf16"), "value")
 
 
+def _offload_list(a) -> list[float]:
+    """--optimizer-offload as a list of fractions in [0, 1]."""
+    out = []
+    for w in (w.strip() for w in a.optimizer_offload.split(",")):
+        try:
+            f = float(w)
+        except ValueError:
+            f = float("nan")
+        if not 0 <= f <= 1:
+            raise _UsageError(f"--optimizer-offload: {w!r} is not a fraction in [0, 1] (or a comma list of them)")
+        out.append(f)
+    return list(dict.fromkeys(out))
+
+
 def _problem(a):
     model = load_model(a.model)
     overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
     cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
-    recipes, states = _fp8_list(a), _states_list(a)
-    for flag, vals in (("--fp8", recipes), ("--optimizer-states", states)):
+    recipes, states, offloads = _fp8_list(a), _states_list(a), _offload_list(a)
+    for flag, vals in (("--fp8", recipes), ("--optimizer-states", states), ("--optimizer-offload", offloads)):
         if len(vals) > 1 and a.command != "plan":
             raise _UsageError(f"{flag}: a choice is offered by 'plan' only; give one value for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
+                            optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
                             moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
     return model, cluster, training
@@ -325,7 +344,7 @@ def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     _emit_folder(a)
     choice = ""
-    options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a)}
+    options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a), "optimizer_offload": _offload_list(a)}
     options = {k: v for k, v in options.items() if len(v) > 1}
     if options:  # a workload choice: one proven search per combination, the fastest wins
         from planner.choices import combo_label, plan_choices
@@ -353,8 +372,8 @@ def _cmd_plan(a, out: Console) -> int:
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
     if choice:
         t_ = r.best.training
-        out.print(f"choice: {_u(choice)}; chosen: fp8={_u(t_.fp8 or 'none')} optimizer_states={t_.optimizer_states}",
-                  markup=False)
+        out.print(f"choice: {_u(choice)}; chosen: fp8={_u(t_.fp8 or 'none')} optimizer_states={t_.optimizer_states} "
+                  f"optimizer_offload={t_.optimizer_offload:g}", markup=False)
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")
@@ -441,6 +460,10 @@ def _cmd_evaluate(a, out: Console) -> int:
     for i in st.items:
         _row(t, i.name, f"{i.bytes / GiB:.2f}", i.note)
     out.print(t)
+    if p.memory.host:
+        host = p.memory.host[st.stage]
+        out.print(f"host memory per GPU, stage {st.stage}: {host / GiB:.2f} GiB of offloaded optimizer states (FP32 "
+                  f"copy, m, v, gradient: 16 B per element) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
     t = Table(title="step time", title_justify="left")
     t.add_column("term")
     t.add_column("s", justify="right")

@@ -51,6 +51,9 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "peak_stage": p.memory.peak_stage.stage,
         "memory_stages": [{"stage": s.stage, "layers": s.layers, "items": {i.name: i.bytes for i in s.items}}
                           for s in p.memory.stages],
+        "optimizer_offload": p.training.optimizer_offload,
+        "host_memory_stages_bytes": list(p.memory.host),
+        "host_memory_capacity_bytes": p.memory.host_capacity,
         "step_time_s": p.step_time_s,
         "step_time_interval_s": {f"{int(lv * 100)}": [i.lo, i.hi] for lv in LEVELS for i in [p.step_time_interval(lv)]},
         "peak_memory_interval_bytes": {f"{int(lv * 100)}": [i.lo, i.hi] for lv in LEVELS for i in [p.memory_interval(lv)]},

@@ -345,6 +345,21 @@ def test_megatron_arguments_carry_fp8_param_gather_and_bf16_end_layers():
         megatron_setup(dict(m.args, fp4="e2m1", fp4_recipe="nvfp4", fp4_param_gather="True"), model, m.source)
 
 
+def test_megatron_arguments_carry_optimizer_offload():
+    """--optimizer-cpu-offload with its fraction (1.0, the argument's default, where the dump omits it)
+    prices the log offloaded, FP32 states although the precision-aware flag is on; without the D2H/H2D
+    overlap, which the planner prices, the log is refused."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model(MODEL)
+    on = dict(m.args, optimizer_cpu_offload="True", use_precision_aware_optimizer="True",
+              exp_avg_dtype="torch.float32", exp_avg_sq_dtype="torch.float32", overlap_cpu_optimizer_d2h_h2d="True")
+    training, _ = megatron_setup(dict(on, optimizer_offload_fraction="0.5"), model, m.source)
+    assert (training.optimizer_offload, training.optimizer_states) == (0.5, "fp32")
+    assert megatron_setup(on, model, m.source)[0].optimizer_offload == 1.0
+    with pytest.raises(LogError, match="overlap_cpu_optimizer_d2h_h2d"):
+        megatron_setup(dict(on, overlap_cpu_optimizer_d2h_h2d="False"), model, m.source)
+
+
 def test_deepspeed_configuration_sets_batch_micro_batch_zero_and_dp(tmp_path):
     m = read_log(LOGS / "deepspeed_gpt.log")
     o = observation(m, planner.load_model("gpt3-13b"), TrainingSpec(global_batch_size=8, seq_length=2048),

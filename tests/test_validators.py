@@ -356,6 +356,29 @@ def test_megatron_accepts_bf16_adam_states(megatron_path):
     assert r.details["precision_aware_optimizer"] and r.details["exp_avg_dtype"] == "torch.bfloat16"
 
 
+def test_megatron_accepts_optimizer_offload(megatron_path):
+    """The searched 70B-on-one-node plan offloads its whole optimizer shard: megatron-core 0.19.2's
+    validate_args accepts the flags (its offload check needs --use-precision-aware-optimizer) and keeps
+    the fraction and the overlap; half a shard on H100 too."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=1)
+    full = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), top_k=1,
+                structural=False, time_limit_s=60).best
+    half = planner.evaluate(planner.load_model("llama3-8b"), c,
+                            TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=0.5),
+                            planner.Layout(tp=2, dp=4, zero_stage=1, sequence_parallel=True))
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)
+                              for p in (full, half)])
+    for p, r in zip((full, half), results):
+        assert r.ok, r.line()
+        assert r.details["optimizer_cpu_offload"] and r.details["precision_aware_optimizer"]
+        assert r.details["optimizer_offload_fraction"] == p.training.optimizer_offload
+        assert r.details["overlap_cpu_optimizer_d2h_h2d"]
+        assert p.to_megatron().env["OMP_NUM_THREADS"] == "14"  # 112 cores over 8 ranks
+
+
 def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
     """Searched MoE plans (Mixtral, Qwen3-30B-A3B; etp = tp and etp = 1) are accepted, and Megatron's
     own process groups have the plan's expert degrees: ep, etp and edp = tp cp dp / (ep etp)."""

@@ -135,7 +135,11 @@ def _validate(p: dict) -> dict:
                "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
                "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),
-               "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype)}
+               "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype),
+               # HybridDeviceOptimizer's arguments as validate_args left them
+               "optimizer_cpu_offload": bool(getattr(args, "optimizer_cpu_offload", False)),
+               "optimizer_offload_fraction": getattr(args, "optimizer_offload_fraction", None),
+               "overlap_cpu_optimizer_d2h_h2d": bool(getattr(args, "overlap_cpu_optimizer_d2h_h2d", False))}
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 

@@ -168,6 +168,11 @@ def megatron_args(plan: Plan) -> list[str]:
                   "--num-layers-at-end-in-bf16", str(last)]
     if t.optimizer_states == "bf16":  # BF16 moments (and master remainders): planner.memory.adam_bytes
         a += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    if t.optimizer_offload:  # HybridDeviceOptimizer, which needs the precision-aware optimizer's code path
+        # [megatron/training/arguments.py: validate_args]; priced with the D2H / CPU / H2D overlap
+        # (planner.cost.OffloadTime), host memory in planner.memory.stage_host_bytes
+        a += ["--use-precision-aware-optimizer", "--optimizer-cpu-offload",
+              "--optimizer-offload-fraction", repr(float(t.optimizer_offload)), "--overlap-cpu-optimizer-d2h-h2d"]
     # the gradient buffer the ledger prices (TrainingSpec.grad_dtype): Megatron keeps fp32 main
     # grads with --bf16 unless told otherwise, and 2-byte grads with --fp16 unless told otherwise
     # [megatron-core 0.19.2 training/arguments.py: validate_args, bf16 block]
@@ -187,12 +192,17 @@ def megatron_args(plan: Plan) -> list[str]:
 
 def megatron_env(plan: Plan) -> dict[str, str]:
     """Environment Megatron requires: CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell,
-    and never with Megatron-FSDP (validate_args, launch-configs.md §2.2)."""
-    lay = plan.layout
+    and never with Megatron-FSDP (validate_args, launch-configs.md §2.2). With optimizer offload,
+    OMP_NUM_THREADS gives each rank its share of the node's cores: torchrun sets 1 per process
+    otherwise, and torch's CPU AdamW would step the offloaded states on one core (the cost model
+    prices the node's memory bandwidth, planner.cost.stage_offload_time)."""
+    lay, env = plan.layout, {}
     fsdp = lay.zero_stage in (2, 3)
     if (lay.tp > 1 or lay.cp > 1) and plan.cluster.gpu.arch < 10 and not fsdp:
-        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    return {}
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if plan.training.optimizer_offload and plan.cluster.host is not None:
+        env["OMP_NUM_THREADS"] = str(max(1, plan.cluster.host.cores // plan.cluster.gpus_per_node))
+    return env
 
 
 def _script(plan: Plan, args: list[str], env: dict[str, str], slurm: bool) -> str:

@@ -1,0 +1,171 @@
+"""Megatron's optimizer CPU offload (TrainingSpec.optimizer_offload): host and GPU bytes, the step's
+host-link and CPU time, host memory as a search constraint, the refusals and the launch flags.
+
+Every expected number is worked out here from the cited mechanism (HybridDeviceOptimizer in
+Megatron-LM@d98e8a6 megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py) and the catalog's
+cited host figures, not read back from the code."""
+
+import pytest
+
+import planner
+from planner.cli import main as cli_main
+from planner.errors import PlannerError
+from planner.search import plan
+from planner.specs import HostSpec, Layout, ModelSpec, TrainingSpec
+
+H100 = dict(hbm=3.35e12 * 0.89, link=52e9, host_bw=563.2e9, gpus=8)  # dgx-h100.yaml: S5, S26, HOST1, HOST3
+STREAM = 0.6  # the share of peak host bandwidth CPU Adam is assumed to sustain (cost.HOST_STREAM_EFFICIENCY)
+
+
+def small_llama(layers=8):
+    return ModelSpec(name="t", family="llama", num_layers=layers, hidden_size=1024, num_attention_heads=8,
+                     num_kv_heads=8, ffn_hidden_size=2816, vocab_size=32000)
+
+
+LAYER = 4 * 1024**2 + 3 * 1024 * 2816 + 2 * 1024  # Q, K, V, O; gate, up, down; two norms
+EMBED = 32000 * 1024
+
+
+def test_the_offloaded_share_leaves_the_gpu_and_pins_16_bytes_per_element_on_the_host():
+    """Llama-3-8B, dp 8, ZeRO-1, half the shard offloaded: the GPU keeps 12 B x 0.5 of its shard
+    (TE FusedAdam's FP32 copy, m, v), the host pins 16 B x 0.5 (FP32 copy, m, v and the FP32 gradient);
+    weights and gradients stay where they were."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(dp=8, zero_stage=1)
+    base = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), lay)
+    half = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=0.5), lay)
+    shard = m.num_params / 8
+    assert half.memory.stages[0].get("optimizer") == pytest.approx(12 * 0.5 * shard, rel=1e-9)
+    assert base.memory.stages[0].get("optimizer") == pytest.approx(12 * shard, rel=1e-9)
+    assert half.memory.host == pytest.approx((16 * 0.5 * shard,), rel=1e-9)
+    for item in ("weights", "gradients"):
+        assert half.memory.stages[0].get(item) == base.memory.stages[0].get(item)
+    assert half.memory.host_capacity == pytest.approx((2048 * 2**30 - 64 * 2**30) / 8)  # 2 TB less 64 GiB, 8 GPUs
+    assert base.memory.host == ()
+
+
+@pytest.mark.parametrize("f", [1.0, 0.5, 0.01])
+def test_offloaded_step_is_the_longest_chain_of_copies_cpu_adam_and_the_gpu_step(f):
+    """Per element of the rank's shard: D2H and H2D move 4 B each over the host link (FP32 gradient
+    out, FP32 copy back, converted on the GPU); torch's fused CPU AdamW moves 28 B of host memory
+    (reads p, g, m, v; writes p, m, v), the node's 8 ranks sharing its bandwidth; the GPU share
+    moves 2 x 12 + 8 B of HBM. With the overlap the step takes max(D2H, CPU, GPU + H2D): CPU Adam
+    at f = 1 and 0.5, the GPU's own step and the copy back at f = 0.01."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    p = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=f),
+                         Layout(dp=8, zero_stage=1))
+    psi = m.num_params / 8
+    d2h = h2d = 4 * f * psi / H100["link"]
+    cpu = 28 * f * psi * H100["gpus"] / (H100["host_bw"] * STREAM)
+    gpu = (1 - f) * psi * 32 / H100["hbm"]
+    want = max(d2h, cpu, gpu + h2d)
+    assert p.time.breakdown()["optimizer"] == pytest.approx(want, rel=1e-9)
+    assert (want == cpu) == (f >= 0.5)
+
+
+def test_host_memory_caps_the_layers_of_a_rank():
+    """Eight layers on two pipeline ranks, the whole shard offloaded. Without a host limit the
+    fastest split gives the first rank more layers (the last one runs the LM head); with 1.43 GB of
+    host memory per GPU the first rank can pin 4 layers and the embedding, (4 x 12.85M + 32.8M) x 16 B
+    = 1.33 GB, but not 5 (1.54 GB): the search moves to 4 | 4 and says nothing else fits better."""
+    m = small_llama()
+    c = planner.load_cluster("dgx-h100", nodes=1, gpus_per_node=2, nvlink_domain_size=2)
+    t = TrainingSpec(global_batch_size=16, seq_length=4096, optimizer_offload=1.0)
+    kw = dict(top_k=1, structural=False, pp=2, tp=1, vpp=1, framework="megatron")
+    free = plan(m, c, t, **kw).best
+    assert free.layout.pipeline_layers[0] == 5
+    assert free.memory.host[0] == pytest.approx(16 * (5 * LAYER + EMBED), rel=1e-6)
+    tight = c.model_copy(update={"host": HostSpec(memory=2 * 1.43e9 + 1e9, memory_bandwidth=563.2e9,
+                                                  link_bandwidth=52e9, cores=112, reserve=1e9)})
+    r = plan(m, tight, t, **kw)
+    assert r.status == "optimal"
+    assert r.best.layout.pipeline_layers in (None, (4, 4))
+    assert r.best.memory.host[0] == pytest.approx(16 * (4 * LAYER + EMBED), rel=1e-6)
+    assert max(r.best.memory.host) <= 1.43e9 and r.best.fits
+    over = planner.evaluate(m, tight, t, free.layout)
+    assert not over.fits and any("host memory" in w for w in over.warnings)
+
+
+def test_seventy_billion_on_one_node_fits_only_offloaded():
+    """Llama-3-70B on one DGX H100 (GBS 64 x 4K): no layout fits its 16 B/param on 8 GPUs; with the
+    optimizer on the host the search finds one (the weights and FP32 gradients, 6 B/param, stay)."""
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100")
+    assert plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), top_k=1, structural=False).status == "infeasible"
+    r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), top_k=1, structural=False)
+    assert r.status == "optimal" and r.best.layout.zero_stage == 1
+    assert max(r.best.memory.host) <= r.best.memory.host_capacity
+    assert r.best.memory.peak_stage.get("optimizer") == 0
+
+
+def test_offload_refusals_name_the_rule():
+    with pytest.raises(ValueError, match="optimizer_offload.*FP32 Adam states"):
+        TrainingSpec(global_batch_size=8, seq_length=1024, optimizer_offload=0.5, optimizer_states="bf16")
+    with pytest.raises(ValueError, match="optimizer_offload.*delayed"):
+        TrainingSpec(global_batch_size=8, seq_length=1024, optimizer_offload=0.5, fp8="tensorwise", fp8_param_gather=True)
+    with pytest.raises(ValueError, match="optimizer_offload"):
+        TrainingSpec(global_batch_size=8, seq_length=1024, optimizer_offload=1.5)
+    m = planner.load_model("llama3-8b")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0)
+    with pytest.raises(PlannerError, match="cluster 'mi300x' has no host spec"):
+        planner.evaluate(m, planner.load_cluster("mi300x"), t, Layout(dp=8, zero_stage=1))
+    with pytest.raises(PlannerError, match="distributed optimizer"):
+        planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=0))
+    with pytest.raises(PlannerError, match="framework 'deepspeed'"):
+        plan(m, planner.load_cluster("dgx-h100"), t, framework="deepspeed")
+    p = planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=1))
+    with pytest.raises(PlannerError, match="HybridDeviceOptimizer"):
+        p.to_torchtitan()
+
+
+def test_megatron_flags_and_threads_follow_the_plan():
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("gb200-nvl72", nodes=2),
+                         TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=0.25),
+                         Layout(dp=8, zero_stage=1))
+    files = p.to_megatron()
+    a = list(files.args)
+    assert "--optimizer-cpu-offload" in a and "--use-precision-aware-optimizer" in a
+    assert a[a.index("--optimizer-offload-fraction") + 1] == "0.25"
+    assert "--overlap-cpu-optimizer-d2h-h2d" in a
+    assert files.env["OMP_NUM_THREADS"] == "36"  # 144 Grace cores per tray over its 4 GPUs
+    assert "OMP_NUM_THREADS=36" in files.files["train.sh"]
+    off = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                           TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=8, zero_stage=1)).to_megatron()
+    assert "--optimizer-cpu-offload" not in off.args and "OMP_NUM_THREADS" not in off.env
+
+
+def test_cli_offers_offload_as_a_choice_and_refuses_bad_fractions(capsys):
+    argv = ["plan", "llama3-70b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
+            "--optimizer-offload", "0,1", "--optimizer-states", "fp32,bf16"]
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "optimizer_offload=1" in out and "optimizer_states=fp32" in out
+    assert cli_main(["evaluate", "llama3-8b", "dgx-h100", "--global-batch-size", "64", "--seq-length", "4096",
+                     "--optimizer-offload", "2", "--dp", "8"]) == 2
+    assert "--optimizer-offload" in capsys.readouterr().err
+    assert cli_main(["evaluate", "llama3-8b", "dgx-h100", "--global-batch-size", "64", "--seq-length", "4096",
+                     "--optimizer-offload", "0,1", "--dp", "8"]) == 2
+
+
+def test_choices_skip_the_combinations_that_are_not_a_workload():
+    """BF16 Adam states with offload is not what Megatron runs: plan_choices leaves that combination
+    out and says so, instead of pricing an unvalidated copy."""
+    from planner.choices import plan_choices
+
+    r, results = plan_choices(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                              TrainingSpec(global_batch_size=64, seq_length=4096),
+                              {"optimizer_states": ["fp32", "bf16"], "optimizer_offload": [0.0, 1.0]},
+                              top_k=1, structural=False)
+    assert ("bf16", 1.0) not in results and len(results) == 3
+    assert any("optimizer_states=bf16/optimizer_offload=1.0 refused" in e for e in r.explanation)
+
+
+def test_infeasible_for_host_memory_says_so():
+    """Llama-3-70B on one GB200 tray with the whole shard offloaded: the GPUs could hold the weights and
+    gradients, but 16 B x 70.6B / 4 = 282 GB per GPU exceeds the tray's 960 GB less 64 GiB over 4 GPUs
+    (207.5 GiB); the answer names host memory, not the GPU, and two trays fit."""
+    m = planner.load_model("llama3-70b")
+    c = planner.load_cluster("gb200-nvl72", nodes=1, nvlink_domain_size=4)
+    r = plan(m, c, TrainingSpec(global_batch_size=16, seq_length=4096, optimizer_offload=1.0), structural=False)
+    assert r.status == "infeasible"
+    assert "nothing fits in host memory" in r.infeasibility.message and "207.5 GiB" in r.infeasibility.message
+    assert r.infeasibility.min_gpus_that_fit == 8
