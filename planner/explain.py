@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import model_flops_per_token
+from planner.cost import model_flops_per_token, stage_offload_time
 from planner.errors import PlannerError
-from planner.memory import activation_bytes_per_layer, adam_bytes, static_memory
+from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
 from planner.plans import evaluate
 from planner.search import plan
 from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision
@@ -97,6 +97,21 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     return out
 
 
+def _offload_sentence(b) -> str:
+    """What optimizer offload does for the chosen plan: the GPU bytes it frees, the host bytes it pins,
+    and which chain of the offloaded step sets its time (planner.cost.OffloadTime)."""
+    st = b.memory.peak_stage.stage
+    layers = b.memory.stages[st].layers
+    t = stage_offload_time(b.model, b.cluster, b.training, b.layout, st, layers)
+    freed = 12 * b.training.optimizer_offload * optimizer_shard_params(b.model, b.layout, st, layers)
+    chains = {"the gradients' copy to the host": t.d2h, "the CPU Adam step": t.cpu,
+              "the GPU's own step and the copy back": t.gpu + t.h2d}
+    slowest = max(chains, key=chains.get)
+    return (f"Optimizer offload ({b.training.optimizer_offload:.0%} of each shard on the host): {freed / GiB:.1f} GiB per "
+            f"GPU freed on stage {st}, {b.memory.host[st] / GiB:.1f} GiB pinned of {b.memory.host_capacity / GiB:.1f} GiB of "
+            f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, set by {slowest}.")
+
+
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
             time_limit_s: float = 10.0, sensitivities: bool = True, **constraints: Any) -> list[str]:
     """Sentences explaining the optimum for this problem (or why nothing fits)."""
@@ -161,6 +176,8 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                f"(largest item: {b.memory.peak_stage.dominant.name})") if head < 0.05 else \
               f"memory does not bind ({head:.0%} headroom); time does"
     lines.append(f"What binds the chosen plan: {binding}.")
+    if training.optimizer_offload:
+        lines.append(_offload_sentence(b))
     if r.alternatives:
         nxt = r.alternatives[0]
         lines.append(f"Runner-up {nxt.layout.short()} is {nxt.step_time_s / b.step_time_s - 1:+.1%}.")

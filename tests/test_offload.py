@@ -169,3 +169,15 @@ def test_infeasible_for_host_memory_says_so():
     assert r.status == "infeasible"
     assert "nothing fits in host memory" in r.infeasibility.message and "207.5 GiB" in r.infeasibility.message
     assert r.infeasibility.min_gpus_that_fit == 8
+
+
+def test_explain_says_what_offload_frees_and_what_sets_its_time():
+    """12 B x 8.8B elements of the 70B plan's stage-0 shard leave the GPU (tp 4, pp 2: about a quarter
+    of the model's half), and on DGX H100 the CPU Adam step, 28 B per element at 0.6 x 563 GB/s shared
+    by 8 ranks, is the slowest chain."""
+    from planner.explain import explain
+
+    lines = explain(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100"),
+                    TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), sensitivities=False)
+    line = next(x for x in lines if x.startswith("Optimizer offload"))
+    assert "set by the CPU Adam step" in line and "of 248.0 GiB of host memory per GPU" in line
