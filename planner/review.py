@@ -122,6 +122,10 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
                     f"<td>{r['delta']:+.1%}{' tied' if r['tied'] else ''}</td><td>{r['mfu']:.1%}</td><td>{r['tokens_per_s']:,.0f}</td>"
                     f"<td>{html.escape(r['dominant'])} (stage {r['peak_stage']})</td></tr>")
     expl = "".join(f"<li>{html.escape(line)}</li>" for line in result.explanation)
+    host = ""
+    if t.optimizer_offload:  # what the plan pins outside the GPU (planner.memory.stage_host_bytes)
+        host = (f" Optimizer offload {t.optimizer_offload:g}: up to {max(best.memory.host) / GiB:.1f} GiB per GPU of "
+                f"offloaded optimizer states in host memory (of {best.memory.host_capacity / GiB:.1f} GiB).")
     status = {"optimal": "proven optimal",
               "feasible": f"feasible, not proven optimal (proven gap at most {(result.gap or 0):.1%})"}.get(
         result.status, "unknown: the time limit ended the search (nothing proven)")
@@ -132,7 +136,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#ee
 <body>
 <h1>{html.escape(m.name)} on {c.world_size} x {html.escape(c.gpu.name)} ({html.escape(c.name)})</h1>
 <p id="summary">global batch {t.global_batch_size} x {t.seq_length} tokens; {status}; {count_text(result.space_size)} layouts searched in
-{result.solve_time_s:.2f} s. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.</p>
+{result.solve_time_s:.2f} s. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.{host}</p>
 <h2 id="alternatives">Alternatives</h2>
 <table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>OOM risk</th><th>step s</th><th>80 % interval</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>
 {''.join(rows)}</table>

@@ -181,3 +181,12 @@ def test_explain_says_what_offload_frees_and_what_sets_its_time():
                     TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), sensitivities=False)
     line = next(x for x in lines if x.startswith("Optimizer offload"))
     assert "set by the CPU Adam step" in line and "of 248.0 GiB of host memory per GPU" in line
+
+
+def test_review_page_names_the_host_memory_the_plan_pins():
+    from planner.review import review_html
+
+    r = plan(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100"),
+             TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), top_k=1, structural=False)
+    page = review_html(r, [])
+    assert "Optimizer offload 1: up to" in page and "of 248.0 GiB" in page
