@@ -564,4 +564,30 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
         msg += f"; nothing fits on up to {searched} GPUs (larger clusters not searched within the time limit)"
     else:
         msg += f"; nothing fits even on {searched} GPUs"
+    msg += _offload_hint(model, cluster, training, framework, constraints, deadline)
     return Infeasibility(min_peak, min_plan, dominant, fit_gpus, msg)
+
+
+def _offload_hint(model, cluster, training, framework, constraints, deadline: float) -> str:
+    """Where nothing fits on the GPUs, whether the same GPUs fit with the whole optimizer shard on the
+    host (Megatron's optimizer CPU offload, TrainingSpec.optimizer_offload): '' when the cluster has no
+    host spec, the workload cannot offload, the target is not Megatron, or time ran out first."""
+    if training.optimizer_offload or cluster.host is None or framework in ("deepspeed", "torchtitan"):
+        return ""
+    try:
+        off = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
+    except ValueError:  # BF16 states, FP8 weights gathered outside delayed scaling, another engine
+        return ""
+    if time.perf_counter() >= deadline:
+        return ""
+    try:
+        sp = build_space(model, cluster, off, framework=framework, constraints=constraints)
+        status, plans, _, _ = _solve_space(model, cluster, off, sp, deadline, 1)
+    except PlannerError:
+        return ""
+    if not plans:
+        return "; not even with the optimizer offloaded to the host" if status == "infeasible" else ""
+    best = plans[0]
+    proven = "" if status == "optimal" else " (not proven the fastest)"
+    return (f"; with the optimizer offloaded to the host (optimizer_offload=1) {best.layout.short()} fits at "
+            f"{best.step_time_s:.2f} s/step{proven}")
