@@ -197,6 +197,7 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 _MOE_LIKE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"}  # llama layers with gated experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
+_MLA_LIKE = {"DeepseekV3ForCausalLM"}  # DeepSeek-V3, Kimi-K2: MLA, shared experts, leading dense layers
 
 
 def _need(cfg: dict[str, Any], key: str, name: str) -> Any:
@@ -225,6 +226,32 @@ def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
                                 "between MoE layers are not modelled (refused rather than counted as MoE)")
     return dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                 expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+
+
+def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """A DeepseekV3ForCausalLM config (DeepSeek-V3, Kimi-K2): multi-latent attention, first_k_dense_replace
+    dense layers, then MoE layers with n_shared_experts shared experts of moe_intermediate_size
+    [transformers models/deepseek_v3: DeepseekV3Config; DeepseekV3Attention, DeepseekV3MoE]. Its routing
+    policy (sigmoid scores, group-limited top-k, routed_scaling_factor) moves no cost term the planner
+    prices with balanced routing (TrainingSpec.moe_imbalance); multi-token prediction layers and MoE
+    layers between dense ones are refused."""
+    mtp = cfg.get("num_nextn_predict_layers") or 0
+    if mtp:
+        raise ConfigImportError(f"{name}: num_nextn_predict_layers = {mtp!r} (multi-token prediction) is not modelled; "
+                                "set it to 0 to plan the main model without its MTP module")
+    if cfg.get("moe_layer_freq", 1) != 1:
+        raise ConfigImportError(f"{name}: moe_layer_freq = {cfg['moe_layer_freq']!r}: dense layers between MoE layers "
+                                "are not modelled")
+    if cfg.get("attention_bias"):
+        raise ConfigImportError(f"{name}: attention_bias = true with multi-latent attention is not modelled")
+    e = _need(cfg, "moe_intermediate_size", name)
+    return dict(
+        moe=dict(num_experts=_need(cfg, "n_routed_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+                 expert_ffn_hidden_size=e, shared_expert_ffn_hidden_size=(cfg.get("n_shared_experts") or 0) * e,
+                 first_dense_layers=cfg.get("first_k_dense_replace") or 0),
+        mla=dict(q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank", name),
+                 qk_head_dim=_need(cfg, "qk_nope_head_dim", name), qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", name),
+                 v_head_dim=_need(cfg, "v_head_dim", name)))
 
 
 def _gpt_oss_attention(cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -256,13 +283,15 @@ def _window_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     return {"sliding_window": w} if w else {}
 
 
-def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False) -> None:
+def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False, mla: bool = False) -> None:
     for key in () if moe else _MOE_KEYS:
         v = cfg.get(key)
         if v not in (None, 0, 1, False, [], {}):
-            raise ConfigImportError(f"{name}: '{key}' = {v!r} makes this a Mixture-of-Experts model; "
-                                    "MoE is not supported yet (refused rather than priced as a dense model)")
+            raise ConfigImportError(f"{name}: '{key}' = {v!r} makes this a Mixture-of-Experts model, which this "
+                                    "architecture does not build (refused rather than priced as a dense model)")
     for key, what in _SHAPE_FLAGS.items():
+        if mla and key in ("q_lora_rank", "kv_lora_rank"):
+            continue
         v = cfg.get(key)
         if what and v not in (None, 0, False):
             raise ConfigImportError(f"{name}: '{key}' = {v!r} ({what}) is not modelled; refused rather than ignored")
@@ -272,7 +301,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
     Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen3-MoE and GPT-OSS (llama family
-    with gated experts; GPT-OSS with its windows, sinks and biases), GPT-2 and GPT-NeoX (gpt family).
+    with gated experts; GPT-OSS with its windows, sinks and biases), DeepSeek-V3's architecture
+    (DeepSeek-V3, Kimi-K2: multi-latent attention, shared experts), GPT-2 and GPT-NeoX (gpt family).
 
     Raises:
         ConfigImportError: not a mapping, no or unsupported architecture, or a missing key.
@@ -281,14 +311,20 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
         raise ConfigImportError(f"{name}: config.json must be a JSON object")
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    supported = sorted(_LLAMA_LIKE | _MOE_LIKE | _GPT_LIKE)
-    if arch not in _LLAMA_LIKE | _MOE_LIKE | _GPT_LIKE:
+    supported = sorted(_LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE)
+    if arch not in _LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE:
         shown = arch if arch is None or arch.isprintable() else arch.encode("unicode_escape").decode()
         raise ConfigImportError(
             f"{name}: unsupported architecture {shown!r} in 'architectures'; supported: {', '.join(supported)}"
         )
-    _refuse_unmodelled(cfg, name, moe=arch in _MOE_LIKE)
-    if arch in _LLAMA_LIKE | _MOE_LIKE:
+    _refuse_unmodelled(cfg, name, moe=arch in _MOE_LIKE | _MLA_LIKE, mla=arch in _MLA_LIKE)
+    if arch in _MLA_LIKE:
+        spec = dict(name=name, family="llama", num_layers=_need(cfg, "num_hidden_layers", name),
+                    hidden_size=_need(cfg, "hidden_size", name),
+                    num_attention_heads=_need(cfg, "num_attention_heads", name),
+                    ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
+                    tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), **_deepseek_v3_of(cfg, name))
+    elif arch in _LLAMA_LIKE | _MOE_LIKE:
         h = _need(cfg, "hidden_size", name)
         head_dim = cfg.get("head_dim")
         heads = _need(cfg, "num_attention_heads", name)

@@ -67,6 +67,40 @@ def test_hf_import_of_mixtral_and_qwen3_moe():
         model_from_hf_config(dict(mixtral, architectures=["LlamaForCausalLM"]), "x")
 
 
+DEEPSEEK_V3_HF = {  # deepseek-ai/DeepSeek-V3 config.json, its MTP layer set to 0
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+    "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "moe_layer_freq": 1,
+    "first_k_dense_replace": 3, "norm_topk_prob": True, "scoring_func": "sigmoid", "num_nextn_predict_layers": 0,
+    "vocab_size": 129280, "tie_word_embeddings": False, "attention_bias": False}
+
+
+def test_hf_import_of_deepseek_v3_and_kimi_k2():
+    """DeepseekV3ForCausalLM configs: DeepSeek-V3's is the catalog model (671.0B / 37.6B active, within
+    0.5 % of the report's 671B / 37B); Kimi-K2's (64 heads, 384 experts, one dense layer, a 163,840
+    vocabulary) gives Moonshot's 1T total / 32B activated to their rounding. The real DeepSeek-V3
+    config's MTP layer is refused with the way out, and so are MoE layers between dense ones."""
+    m = model_from_hf_config(DEEPSEEK_V3_HF, "ds")
+    same = {"name", "sources", "provenance"}  # every field the planner prices equals the catalog entry's
+    assert m.model_dump(exclude=same) == planner.load_model("deepseek-v3").model_dump(exclude=same)
+    assert m.num_params == pytest.approx(671e9, rel=0.005) and m.active_params == pytest.approx(37e9, rel=0.02)
+    kimi = model_from_hf_config(dict(DEEPSEEK_V3_HF, num_attention_heads=64, num_key_value_heads=64,
+                                     n_routed_experts=384, first_k_dense_replace=1, n_group=1, topk_group=1,
+                                     vocab_size=163840, routed_scaling_factor=2.827), "kimi")
+    assert kimi.num_params == pytest.approx(1e12, rel=0.03) and kimi.active_params == pytest.approx(32e9, rel=0.03)
+    assert kimi.moe.num_experts == 384 and kimi.moe.first_dense_layers == 1 and kimi.mla.kv_lora_rank == 512
+    with pytest.raises(ConfigImportError, match="num_nextn_predict_layers = 1 .*set it to 0"):
+        model_from_hf_config(dict(DEEPSEEK_V3_HF, num_nextn_predict_layers=1), "ds")
+    with pytest.raises(ConfigImportError, match="moe_layer_freq"):
+        model_from_hf_config(dict(DEEPSEEK_V3_HF, moe_layer_freq=2), "ds")
+    with pytest.raises(ConfigImportError, match="multi-latent attention"):  # MLA keys on a Llama: refused
+        model_from_hf_config({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 2,
+                              "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+                              "kv_lora_rank": 512}, "x")
+
+
 def test_deepseek_v3_is_priced_and_its_ledger_printed():
     m, c = planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=32)
     t = TrainingSpec(global_batch_size=1024, seq_length=4096)
