@@ -195,7 +195,7 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
 
 # Hugging Face architectures -> how to read their config.json
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
-_MOE_LIKE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"}  # llama layers with gated experts
+_MOE_LIKE = {"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"}  # llama layers with gated experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
 _MLA_LIKE = {"DeepseekV3ForCausalLM"}  # DeepSeek-V3, Kimi-K2: MLA, shared experts, leading dense layers
 
@@ -216,7 +216,8 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
 
 
 def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
-    """The MoE fields of a Mixtral or Qwen3-MoE config (every layer MoE, no shared expert)."""
+    """The MoE fields of a Mixtral, Qwen2-MoE or Qwen3-MoE config (every layer MoE; Qwen2-MoE's gated
+    shared expert)."""
     if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
         return dict(num_experts=_need(cfg, "num_local_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                     expert_ffn_hidden_size=_need(cfg, "intermediate_size", name))
@@ -224,8 +225,13 @@ def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     if step != 1 or dense:
         raise ConfigImportError(f"{name}: decoder_sparse_step = {step!r} / mlp_only_layers = {dense!r}: dense layers "
                                 "between MoE layers are not modelled (refused rather than counted as MoE)")
-    return dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
-                expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+    moe = dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+               expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+    if arch == "Qwen2MoeForCausalLM":  # one gated shared expert [transformers models/qwen2_moe:
+        # Qwen2MoeSparseMoeBlock.shared_expert, shared_expert_gate = Linear(hidden, 1, bias=False)]
+        moe.update(shared_expert_ffn_hidden_size=_need(cfg, "shared_expert_intermediate_size", name),
+                   shared_expert_gate=True)
+    return moe
 
 
 def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
@@ -276,7 +282,7 @@ def _gpt_oss_attention(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 def _window_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     """A Mistral config's window applies to every layer [HF MistralConfig.sliding_window]; Qwen2's
     use_sliding_window (windows only above max_window_layers) is refused."""
-    if arch == "Qwen2ForCausalLM" and cfg.get("use_sliding_window"):
+    if arch in ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM") and cfg.get("use_sliding_window"):
         raise ConfigImportError(f"{name}: use_sliding_window = true (Qwen2's windows above max_window_layers) is not "
                                 "modelled; refused rather than priced as full attention")
     w = cfg.get("sliding_window") if arch == "MistralForCausalLM" else None
@@ -300,7 +306,7 @@ def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False, mla: b
 def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
-    Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen3-MoE and GPT-OSS (llama family
+    Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS (llama family
     with gated experts; GPT-OSS with its windows, sinks and biases), DeepSeek-V3's architecture
     (DeepSeek-V3, Kimi-K2: multi-latent attention, shared experts), GPT-2 and GPT-NeoX (gpt family).
 
@@ -339,7 +345,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
             else None,
             ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "Qwen2ForCausalLM" or (bool(cfg.get("attention_bias", False)) and arch != "GptOssForCausalLM"),
+            qkv_bias=arch in ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")  # Qwen2's attention always has Q/K/V biases
+            or (bool(cfg.get("attention_bias", False)) and arch != "GptOssForCausalLM"),
             qk_norm=arch == "Qwen3MoeForCausalLM",  # Qwen3's attention always normalises Q and K per head
         )
         spec.update(_gpt_oss_attention(cfg, name) if arch == "GptOssForCausalLM" else _window_of(cfg, arch, name))

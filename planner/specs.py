@@ -225,11 +225,18 @@ class MoESpec(_Spec):
     """Inner width of all shared experts together (--moe-shared-expert-intermediate-size); 0 = none."""
     first_dense_layers: _count(MAX_LAYERS, lo=0) = 0
     """Leading layers with a dense MLP of ffn_hidden_size (DeepSeek-V3: 3; HF first_k_dense_replace)."""
+    shared_expert_gate: Bool = False
+    """A sigmoid gate on the shared experts' output, one 1 x h weight per MoE layer (Qwen2-MoE's
+    shared_expert_gate; Megatron's --moe-shared-expert-gate) [Megatron-LM@d98e8a6 megatron/core/
+    transformer/moe/shared_experts.py: SharedExpertMLP.gate_weight, forward]. Counted in the
+    parameters; its 2 h FLOPs per token, beside the router's 2 h E, are not priced."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k: top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts})")
+        if self.shared_expert_gate and not self.shared_expert_ffn_hidden_size:
+            raise ValueError("shared_expert_gate: gates the shared experts; set shared_expert_ffn_hidden_size")
         return self
 
 
@@ -412,6 +419,7 @@ class ModelSpec(_Spec):
         h, e = self.hidden_size, self.moe
         router = h * e.num_experts + (e.num_experts if self.linear_bias else 0)
         shared = self.mlp_params(e.shared_expert_ffn_hidden_size) if e.shared_expert_ffn_hidden_size else 0
+        shared += h if e.shared_expert_gate else 0
         base = self.attention_params + 2 * h + router + shared
         expert = self.mlp_params(e.expert_ffn_hidden_size)
         return base + e.num_experts * expert, base + e.top_k * expert

@@ -101,6 +101,33 @@ def test_hf_import_of_deepseek_v3_and_kimi_k2():
                               "kv_lora_rank": 512}, "x")
 
 
+QWEN15_MOE_HF = {  # Qwen/Qwen1.5-MoE-A2.7B config.json
+    "architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+    "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936,
+    "tie_word_embeddings": False, "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": False}
+
+
+def test_hf_import_of_qwen2_moe_with_its_gated_shared_expert():
+    """Qwen2-MoE: Q/K/V biases, 60 experts of 1408 top-4 and one shared expert of 5632 behind a 1 x h
+    sigmoid gate. Qwen1.5-MoE-A2.7B comes out at 14.3B total / 2.7B activated as Qwen publishes it, and
+    Qwen2-57B-A14B at 57B / 14B; the gate is 2,048 parameters a layer, 24 x 2048 in all."""
+    m = model_from_hf_config(QWEN15_MOE_HF, "q")
+    assert m.num_params == pytest.approx(14.3e9, rel=0.005) and m.active_params == pytest.approx(2.7e9, rel=0.01)
+    assert m.qkv_bias and m.moe.shared_expert_gate and m.moe.shared_expert_ffn_hidden_size == 5632
+    ungated = m.model_copy(update={"moe": m.moe.model_copy(update={"shared_expert_gate": False})})
+    assert m.num_params - ungated.num_params == 24 * 2048
+    big = model_from_hf_config(dict(QWEN15_MOE_HF, hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
+                                    num_key_value_heads=4, intermediate_size=18944, moe_intermediate_size=2560,
+                                    shared_expert_intermediate_size=20480, num_experts=64, num_experts_per_tok=8), "q57")
+    assert big.num_params == pytest.approx(57e9, rel=0.01) and big.active_params == pytest.approx(14e9, rel=0.02)
+    with pytest.raises(ConfigImportError, match="use_sliding_window"):
+        model_from_hf_config(dict(QWEN15_MOE_HF, use_sliding_window=True), "q")
+    with pytest.raises(planner.SpecError, match="shared_expert_gate"):
+        planner.ModelSpec.load({**m.model_dump(exclude={"sources", "provenance"}),
+                                "moe": {**m.moe.model_dump(), "shared_expert_ffn_hidden_size": 0}}, "x")
+
+
 def test_deepseek_v3_is_priced_and_its_ledger_printed():
     m, c = planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=32)
     t = TrainingSpec(global_batch_size=1024, seq_length=4096)

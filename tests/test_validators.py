@@ -379,6 +379,23 @@ def test_megatron_accepts_optimizer_offload(megatron_path):
         assert p.to_megatron().env["OMP_NUM_THREADS"] == "14"  # 112 cores over 8 ranks
 
 
+def test_megatron_accepts_qwen2_moe_and_builds_its_shared_expert_gate(megatron_path):
+    """A searched Qwen1.5-MoE-A2.7B plan (from its Hugging Face config): megatron-core 0.19.2 accepts
+    --moe-shared-expert-gate, and its TransformerConfig gates a shared expert of the config's width."""
+    pytest.importorskip("torch")
+    from planner.catalog import model_from_hf_config
+    from planner.check import check_megatron
+    from tests.test_moe import QWEN15_MOE_HF
+
+    m = model_from_hf_config(QWEN15_MOE_HF, "qwen1.5-moe")
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    p = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), top_k=1, structural=False, time_limit_s=60).best
+    assert "--moe-shared-expert-gate" in p.to_megatron().args
+    r, = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])
+    assert r.ok, r.line()
+    assert r.details["moe_shared_expert_gate"] and r.details["moe_shared_expert_intermediate_size"] == 5632
+
+
 def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
     """Searched MoE plans (Mixtral, Qwen3-30B-A3B; etp = tp and etp = 1) are accepted, and Megatron's
     own process groups have the plan's expert degrees: ep, etp and edp = tp cp dp / (ep etp)."""

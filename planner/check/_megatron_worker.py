@@ -133,6 +133,8 @@ def _validate(p: dict) -> dict:
                "gated_linear_unit": bool(cfg.gated_linear_unit), "glu_linear_offset": cfg.glu_linear_offset,
                "activation_func_clamp_value": cfg.activation_func_clamp_value,
                "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
+               "moe_shared_expert_gate": bool(getattr(cfg, "moe_shared_expert_gate", False)),
+               "moe_shared_expert_intermediate_size": getattr(cfg, "moe_shared_expert_intermediate_size", None),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
                "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),
                "exp_avg_dtype": str(args.exp_avg_dtype), "exp_avg_sq_dtype": str(args.exp_avg_sq_dtype),

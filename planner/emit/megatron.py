@@ -87,6 +87,8 @@ def megatron_args(plan: Plan) -> list[str]:
               "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
         if e.shared_expert_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_expert_ffn_hidden_size)]
+            if e.shared_expert_gate:  # its 1 x h weight per layer is in ModelSpec.moe_layer_params
+                a += ["--moe-shared-expert-gate"]
         if lay.ep_overlap:  # the combined 1F1B schedule, priced by planner.cost.ep_overlap_exposed
             a += ["--overlap-moe-expert-parallel-comm"]
     if m.positions == "rope":
