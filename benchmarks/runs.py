@@ -54,6 +54,8 @@ def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
         return planner.load_cluster(ref, nodes=nodes, nvlink_domain_size=domain)
     if gpu_type.startswith(("B200", "B300")):
         return planner.load_cluster("dgx-b300" if gpu_type.startswith("B300") else "dgx-b200", nodes=nodes)
+    if gpu_type.startswith("H800"):  # the H100 die with 8 NVLink links (clusters/h800.yaml)
+        return planner.load_cluster("h800", nodes=nodes)
     if gpu_type.startswith("H100"):
         c = planner.load_cluster("dgx-h100", nodes=nodes)
         for mem in ("96GB", "95GB"):  # HBM2e variants: same compute, more memory

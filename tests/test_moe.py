@@ -666,3 +666,18 @@ def test_the_megatron_search_offers_the_recipes_recompute_modules_for_moe_and_ml
     assert all(len(o) == 2 for opts in sp.recomputes.values() for o in opts)
     r = planner.plan(moe, c, t, framework="megatron", recompute="selective", top_k=1, structural=False, time_limit_s=60)
     assert r.best.layout.recompute_modules == ("layernorm", "moe_act")  # cheaper than the attention core, same memory class
+
+
+def test_h800_is_the_h100_die_with_eight_nvlink_links():
+    """The cluster DeepSeek-V3 trained on: H100 compute and HBM, NVLink at the 160 GB/s its report gives
+    (the H100's 370 GB/s ring x 8 / 18 links = 164), one 400G NIC per GPU; an EP-8 all-to-all inside
+    a node therefore costs about 370 / 160 = 2.3 times the H100's."""
+    from planner.comm import alltoall_time
+    from planner.topology import placement
+
+    h800, h100 = planner.load_cluster("h800", nodes=2), planner.load_cluster("dgx-h100", nodes=2)
+    assert h800.gpu.peak_bf16_flops == h100.gpu.peak_bf16_flops and h800.gpu.memory == h100.gpu.memory
+    assert h800.nvlink.ring_busbw == 160e9 and h800.scaleout.nic_busbw == h100.scaleout.nic_busbw
+    big = 2 * 4096 * 8 * 7168 * 8  # one micro-batch's dispatch, 8 MiB per peer and more
+    slow = alltoall_time(h800, placement(h800, (8, 1)), big) / alltoall_time(h100, placement(h100, (8, 1)), big)
+    assert slow == pytest.approx(370 / 160, rel=0.1)

@@ -189,6 +189,7 @@ def test_cluster_override_and_bad_quantity():
 
 @pytest.mark.parametrize("cluster,mib", [
     ("dgx-h100", 81_559),       # nvidia-smi "81559MiB" (modal-labs/modal-client#2797)
+    ("h800", 81_559),           # the H100's HBM3 80GB stack (ASSUMED in its YAML)
     ("dgx-a100-80g", 81_920),   # nvidia-smi "81920MiB" (same)
     ("dgx-a100-40g", 40_960),   # nvidia-smi "40960MiB" (same)
     ("hgx-h200", 143_771),      # nvidia-smi "143771MiB" (NVIDIA/cuda-samples#311)
