@@ -545,8 +545,11 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
             timed_out = True
             break
         searched = bigger.world_size
-    host_bound = training.optimizer_offload and complete and space.shapes and (min_plan is None or min_plan.memory_margin_units >= 0)
-    if host_bound:  # the GPUs could hold a layout; the host memory its offloaded states need is what lacks
+    # with offload, the smallest-peak search respects host memory too: finding nothing (or a layout the
+    # GPUs hold) means the host memory the offloaded states need is what lacks
+    host_bound = bool(training.optimizer_offload and complete and space.shapes
+                      and (min_plan is None or min_plan.memory_margin_units >= 0))
+    if host_bound:
         msg = (f"nothing fits in host memory: with optimizer_offload={training.optimizer_offload:g} every layout's "
                f"offloaded optimizer states (16 B per element) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
                f"of host memory per GPU (cluster.host); offload less, or use more GPUs")
