@@ -19,7 +19,7 @@ from planner.outputs import check_file, check_folder
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
+from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
                            framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.units import count_text
@@ -121,6 +121,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise "
                         "or torchao-tensorwise (torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
+    p.add_argument("--precision", default=None, metavar="bf16|fp16|fp8[,...]",
+                   help="compute precision: bf16 (default), fp16, or fp8 (BF16 with the GPU's default FP8 recipe: "
+                        "delayed on Hopper, mxfp8 on Blackwell; --fp8 names one); bf16,fp8 offers the choice (plan only)")
     p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
                    help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "
                         "fp32,bf16 offers the choice (plan only)")
@@ -259,11 +262,22 @@ def _word_list(flag: str, text: str, allowed: tuple[str, ...], what: str) -> lis
     return list(dict.fromkeys(words))
 
 
-def _fp8_list(a) -> list[str | None]:
-    """--fp8 as a list of recipes (None = no FP8)."""
-    if a.fp8 is None:
-        return [None]
-    return [None if w == "none" else w for w in _word_list("--fp8", a.fp8, FP8_CHOICES, "recipe")]
+def _precision(a) -> str:
+    """TrainingSpec.precision from --precision: fp16 alone, else bf16."""
+    words = _word_list("--precision", a.precision, ("bf16", "fp16", "fp8"), "precision") if a.precision else ["bf16"]
+    if "fp16" in words and len(words) > 1:
+        raise _UsageError("--precision: fp16 is offered alone (plan fp16 and bf16 or fp8 separately)")
+    if a.fp8 is not None and words != ["bf16"]:
+        raise _UsageError("--precision: give --precision fp8 or --fp8 RECIPE, not both")
+    return words[0] if words == ["fp16"] else "bf16"
+
+
+def _fp8_list(a, cluster) -> list[str | None]:
+    """--fp8 (or --precision's fp8) as a list of recipes (None = no FP8)."""
+    if a.fp8 is not None:
+        return [None if w == "none" else w for w in _word_list("--fp8", a.fp8, FP8_CHOICES, "recipe")]
+    words = _word_list("--precision", a.precision, ("bf16", "fp16", "fp8"), "precision") if a.precision else ["bf16"]
+    return [default_fp8_recipe(cluster) if w == "fp8" else None for w in words]
 
 
 def _states_list(a) -> list[str]:
@@ -289,11 +303,14 @@ def _problem(a):
     model = load_model(a.model)
     overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
     cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
-    recipes, states, offloads = _fp8_list(a), _states_list(a), _offload_list(a)
-    for flag, vals in (("--fp8", recipes), ("--optimizer-states", states), ("--optimizer-offload", offloads)):
+    precision = _precision(a)
+    recipes, states, offloads = _fp8_list(a, cluster), _states_list(a), _offload_list(a)
+    for flag, vals in (("--fp8" if a.fp8 is not None else "--precision", recipes), ("--optimizer-states", states),
+                       ("--optimizer-offload", offloads)):
         if len(vals) > 1 and a.command != "plan":
             raise _UsageError(f"{flag}: a choice is offered by 'plan' only; give one value for '{a.command}'")
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
+                            precision=precision,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
@@ -344,7 +361,7 @@ def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     _emit_folder(a)
     choice = ""
-    options = {"fp8": _fp8_list(a), "optimizer_states": _states_list(a), "optimizer_offload": _offload_list(a)}
+    options = {"fp8": _fp8_list(a, cluster), "optimizer_states": _states_list(a), "optimizer_offload": _offload_list(a)}
     options = {k: v for k, v in options.items() if len(v) > 1}
     if options:  # a workload choice: one proven search per combination, the fastest wins
         from planner.choices import combo_label, plan_choices

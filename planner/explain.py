@@ -12,7 +12,7 @@ from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
 from planner.plans import evaluate
 from planner.search import plan
-from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision
+from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision, default_fp8_recipe
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.topology import placement
 
@@ -40,7 +40,7 @@ def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: st
         return training.model_copy(update={"fp8": None})
     if framework in MEGATRON_ONLY_REFUSED_BY:
         return None
-    recipe = "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
+    recipe = default_fp8_recipe(cluster)
     try:
         check_precision(cluster, training.model_copy(update={"fp8": recipe}))
     except PlannerError:

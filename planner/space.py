@@ -388,6 +388,13 @@ def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
                            "(calibration.gemm_efficiency_fp8) or FP8 peak (gpu.peak_fp8_flops); add them to price FP8")
 
 
+def default_fp8_recipe(cluster: ClusterSpec) -> str:
+    """The FP8 recipe 'FP8' means on this GPU when no recipe is named: Megatron's default on Hopper
+    (delayed scaling: TransformerConfig.fp8_recipe), MXFP8 on Blackwell (the only FP8 recipe
+    Transformer Engine's Blackwell path and Megatron-Bridge's Blackwell presets use)."""
+    return "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
+
+
 def check_offload(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse optimizer offload where the cluster says nothing about its hosts (one line, named)."""
     if training.optimizer_offload and cluster.host is None:

@@ -37,6 +37,28 @@ def test_plan_table_and_emit(tmp_path):
                                                                   "train.sh"]
 
 
+def test_precision_flag_sets_fp16_or_the_gpus_default_fp8_recipe(tmp_path):
+    """--precision fp16 trains FP16 weights (Megatron's --fp16 in the launch files); fp8 is the GPU's
+    default recipe, delayed on Hopper and MXFP8 on Blackwell; bf16,fp8 is a choice; fp16 with
+    another, or with --fp8, is refused in one line."""
+    code, out, _ = run(["plan", *SMALL, "--precision", "fp16", "--emit", "megatron", "--out", str(tmp_path / "m")])
+    assert code == 0
+    args = json.loads((tmp_path / "m" / "megatron_args.json").read_text())["args"]
+    assert "--fp16" in args and "--bf16" not in args
+    code, out, _ = run(["plan", *SMALL, "--precision", "bf16,fp8"])
+    assert code == 0 and "fp8=none:" in out and "fp8=delayed:" in out
+    code, out, _ = run(["plan", "llama3-8b", "dgx-b200", "--nodes", "1", "--global-batch-size", "16", "--seq-length",
+                        "4096", "--precision", "fp8", "--json"])
+    assert code == 0 and json.loads(out)["best"]["time_breakdown_s"]
+    code, out, _ = run(["evaluate", "llama3-8b", "dgx-b200", "--global-batch-size", "16", "--seq-length", "4096",
+                        "--precision", "fp8", "--dp", "8", "--zero", "1", "--emit", "megatron", "--out", str(tmp_path / "b")])
+    args = json.loads((tmp_path / "b" / "megatron_args.json").read_text())["args"]
+    assert args[args.index("--fp8-recipe") + 1] == "mxfp8"
+    for bad in (["--precision", "fp16,bf16"], ["--precision", "fp8", "--fp8", "delayed"], ["--precision", "tf32"]):
+        code, _, err = run(["plan", *SMALL, *bad])
+        assert code == 2 and "--precision" in err and len(err.strip().splitlines()) == 1
+
+
 def test_evaluate_reports_distance_from_optimum():
     code, out, _ = run(["evaluate", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16",
                         "--seq-length", "4096", "--tp", "8", "--zero", "1"])
