@@ -567,14 +567,16 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
         msg += f"; nothing fits on up to {searched} GPUs (larger clusters not searched within the time limit)"
     else:
         msg += f"; nothing fits even on {searched} GPUs"
-    msg += _offload_hint(model, cluster, training, framework, constraints, deadline)
+    if dominant == "optimizer":  # what offload moves off the GPU binds: worth one more search
+        msg += _offload_hint(model, cluster, training, framework, constraints, deadline)
     return Infeasibility(min_peak, min_plan, dominant, fit_gpus, msg)
 
 
 def _offload_hint(model, cluster, training, framework, constraints, deadline: float) -> str:
-    """Where nothing fits on the GPUs, whether the same GPUs fit with the whole optimizer shard on the
-    host (Megatron's optimizer CPU offload, TrainingSpec.optimizer_offload): '' when the cluster has no
-    host spec, the workload cannot offload, the target is not Megatron, or time ran out first."""
+    """Where nothing fits on the GPUs and Adam's states are the largest item of the smallest peak,
+    whether the same GPUs fit with the whole optimizer shard on the host (Megatron's optimizer CPU
+    offload, TrainingSpec.optimizer_offload): '' when the cluster has no host spec, the workload
+    cannot offload, the target is not Megatron, or time ran out first."""
     if training.optimizer_offload or cluster.host is None or framework in ("deepspeed", "torchtitan"):
         return ""
     try:
