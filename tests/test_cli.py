@@ -178,6 +178,23 @@ def test_broken_cluster_yaml(tmp_path):
     assert code == 2 and "not valid YAML" in err
 
 
+@pytest.mark.parametrize("edit,fragment", [
+    (("reserve: 64 GiB", "reserve: 4096 GiB"), "field 'host.reserve': the reserve"),
+    (("link_bandwidth: 52 GB/s", "link_bandwidth: -1 GB/s"), "field 'host.link_bandwidth'"),
+    (("cores: 112", "cores: true"), "field 'host.cores'"),
+    (("memory: 2048 GiB", "memory: lots"), "field 'host.memory'"),
+])
+def test_bad_host_section_is_one_line(tmp_path, edit, fragment):
+    """A cluster file's host: section is checked like the rest: one line naming the field and the rule."""
+    src = Path(__file__).parents[1] / "clusters" / "dgx-h100.yaml"
+    p = tmp_path / "c.yaml"
+    text = src.read_text().replace("name: dgx-h100", "name: c")
+    assert edit[0] in text
+    p.write_text(text.replace(edit[0], edit[1]))
+    code, _, err = run(["plan", "llama3-8b", str(p), "--optimizer-offload", "1"])
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_unknown_yaml_key_in_cluster(tmp_path):
     src = Path(__file__).parents[1] / "clusters" / "dgx-h100.yaml"
     p = tmp_path / "c.yaml"
