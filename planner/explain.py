@@ -32,6 +32,17 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
 
 
+def _offload_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
+    """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload),
+    where the cluster has a host spec, the workload can offload and the target is Megatron; else None."""
+    if training.optimizer_offload or cluster.host is None or framework in MEGATRON_ONLY_REFUSED_BY:
+        return None
+    try:
+        return TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
+    except ValueError:  # BF16 states, FP8 weights gathered outside delayed scaling, another engine
+        return None
+
+
 def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
     """The same workload with FP8 linear layers toggled: Megatron's default recipe on Hopper
     (delayed), MXFP8 on Blackwell; None where the cluster cannot price FP8 or the launch target does
@@ -194,6 +205,10 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
                                                         time_limit_s, constraints))
+        offload = _offload_alternative(cluster, training, framework) if head < 0.05 else None
+        if offload is not None:  # memory binds: what the GPU memory Adam's states hold would buy
+            lines.append("Sensitivity, " + _sensitivity("optimizer offloaded to the host", model, cluster, offload, b,
+                                                        framework, time_limit_s, constraints))
         lines.append("Sensitivity, " + _sensitivity("2x scale-out bandwidth", model, cluster.model_copy(update={"scaleout": so}),
                                                      training, b, framework, time_limit_s, constraints))
         lines.append("Sensitivity, " + _sensitivity("2x GPUs", model, cluster.model_copy(update={"num_nodes": 2 * cluster.num_nodes}),

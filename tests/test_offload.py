@@ -192,3 +192,14 @@ def test_review_page_names_the_host_memory_the_plan_pins():
              TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), top_k=1, structural=False)
     page = review_html(r, [])
     assert "Optimizer offload 1: up to" in page and "of 248.0 GiB" in page
+
+
+def test_explain_prices_offload_where_memory_binds():
+    """Llama-3-70B on 16 H100 (GBS 64 x 4K): memory binds (full recompute), and explain prices the same
+    job with the optimizer on the host: it frees enough memory to stop recomputing, faster."""
+    from planner.explain import explain
+
+    lines = explain(planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=2),
+                    TrainingSpec(global_batch_size=64, seq_length=4096))
+    line = next(x for x in lines if x.startswith("Sensitivity, optimizer offloaded to the host"))
+    assert "rc=none" in line and "tokens/s +" in line
