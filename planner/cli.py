@@ -556,12 +556,14 @@ def _cmd_catalog(a, out: Console) -> int:
                  (m.sources[0].get("url", "") if m.sources else ""))
     else:
         t = Table(title="clusters", title_justify="left")
-        for col in ("id", "GPU", "memory", "BF16 TFLOP/s", "GPUs/node", "NVLink domain", "NICs/node"):
+        for col in ("id", "GPU", "memory", "BF16 TFLOP/s", "GPUs/node", "NVLink domain", "NICs/node",
+                    "host memory/node (offload)"):
             t.add_column(col)
         for ref in cluster_ids():
             c = load_cluster(ref)
             _row(t, ref, c.gpu.name, f"{c.gpu.memory / 2**30:.1f} GiB", f"{c.gpu.peak_bf16_flops / 1e12:.0f}",
-                 str(c.gpus_per_node), str(c.nvlink_domain_size), str(c.scaleout.nics_per_node))
+                 str(c.gpus_per_node), str(c.nvlink_domain_size), str(c.scaleout.nics_per_node),
+                 f"{c.host.memory / 2**30:.0f} GiB" if c.host else "- (no host spec)")
     out.print(t)
     return EXIT_OK
 
