@@ -16,6 +16,7 @@ from planner.catalog import cluster_ids, load_cluster, load_model, model_ids
 from planner.emit import LAUNCH_FILE_NAMES
 from planner.errors import PlannerError
 from planner.outputs import check_file, check_folder
+from planner.memory import OFFLOAD_HOST_BYTES
 from planner.plans import evaluate
 from planner.report import GiB, ledger_rows, plan_row, result_dict
 from planner.search import MAX_TIME_LIMIT_S, plan
@@ -262,9 +263,14 @@ def _word_list(flag: str, text: str, allowed: tuple[str, ...], what: str) -> lis
     return list(dict.fromkeys(words))
 
 
+def _precision_words(a) -> list[str]:
+    """--precision as a list of words (bf16 when absent)."""
+    return _word_list("--precision", a.precision, ("bf16", "fp16", "fp8"), "precision") if a.precision else ["bf16"]
+
+
 def _precision(a) -> str:
     """TrainingSpec.precision from --precision: fp16 alone, else bf16."""
-    words = _word_list("--precision", a.precision, ("bf16", "fp16", "fp8"), "precision") if a.precision else ["bf16"]
+    words = _precision_words(a)
     if "fp16" in words and len(words) > 1:
         raise _UsageError("--precision: fp16 is offered alone (plan fp16 and bf16 or fp8 separately)")
     if a.fp8 is not None and words != ["bf16"]:
@@ -276,8 +282,7 @@ def _fp8_list(a, cluster) -> list[str | None]:
     """--fp8 (or --precision's fp8) as a list of recipes (None = no FP8)."""
     if a.fp8 is not None:
         return [None if w == "none" else w for w in _word_list("--fp8", a.fp8, FP8_CHOICES, "recipe")]
-    words = _word_list("--precision", a.precision, ("bf16", "fp16", "fp8"), "precision") if a.precision else ["bf16"]
-    return [default_fp8_recipe(cluster) if w == "fp8" else None for w in words]
+    return [default_fp8_recipe(cluster) if w == "fp8" else None for w in _precision_words(a)]
 
 
 def _states_list(a) -> list[str]:
@@ -480,7 +485,7 @@ def _cmd_evaluate(a, out: Console) -> int:
     if p.memory.host:
         host = p.memory.host[st.stage]
         out.print(f"host memory per GPU, stage {st.stage}: {host / GiB:.2f} GiB of offloaded optimizer states (FP32 "
-                  f"copy, m, v, gradient: 16 B per element) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
+                  f"copy, m, v, gradient: {OFFLOAD_HOST_BYTES} B per element) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
     t = Table(title="step time", title_justify="left")
     t.add_column("term")
     t.add_column("s", justify="right")

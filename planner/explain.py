@@ -12,7 +12,7 @@ from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
 from planner.plans import evaluate
 from planner.search import plan
-from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision, default_fp8_recipe
+from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision, default_fp8_recipe, offloaded
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.topology import placement
 
@@ -30,17 +30,6 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
     tps = b.tokens_per_second / base.tokens_per_second - 1
     return (f"{label}: {b.layout.short()}, {b.step_time_s:.2f} s/step, tokens/s {tps:+.0%} "
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
-
-
-def _offload_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
-    """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload),
-    where the cluster has a host spec, the workload can offload and the target is Megatron; else None."""
-    if training.optimizer_offload or cluster.host is None or framework in MEGATRON_ONLY_REFUSED_BY:
-        return None
-    try:
-        return TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
-    except ValueError:  # BF16 states, FP8 weights gathered outside delayed scaling, another engine
-        return None
 
 
 def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
@@ -114,7 +103,7 @@ def _offload_sentence(b) -> str:
     st = b.memory.peak_stage.stage
     layers = b.memory.stages[st].layers
     t = stage_offload_time(b.model, b.cluster, b.training, b.layout, st, layers)
-    freed = 12 * b.training.optimizer_offload * optimizer_shard_params(b.model, b.layout, st, layers)
+    freed = adam_bytes(b.training) * b.training.optimizer_offload * optimizer_shard_params(b.model, b.layout, st, layers)
     chains = {"the gradients' copy to the host": t.d2h, "the CPU Adam step": t.cpu,
               "the GPU's own step and the copy back": t.gpu + t.h2d}
     slowest = max(chains, key=chains.get)
@@ -205,7 +194,7 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
                                                         time_limit_s, constraints))
-        offload = _offload_alternative(cluster, training, framework) if head < 0.05 else None
+        offload = offloaded(cluster, training, framework) if head < 0.05 else None
         if offload is not None:  # memory binds: what the GPU memory Adam's states hold would buy
             lines.append("Sensitivity, " + _sensitivity("optimizer offloaded to the host", model, cluster, offload, b,
                                                         framework, time_limit_s, constraints))

@@ -22,8 +22,8 @@ from ortools.sat.python import cp_model
 from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, build_rows, solver
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.memory import adam_bytes, static_memory
-from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training
+from planner.memory import OFFLOAD_HOST_BYTES, adam_bytes, static_memory
+from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training, offloaded
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
 
@@ -551,7 +551,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
                       and (min_plan is None or min_plan.memory_margin_units >= 0))
     if host_bound:
         msg = (f"nothing fits in host memory: with optimizer_offload={training.optimizer_offload:g} every layout's "
-               f"offloaded optimizer states (16 B per element) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
+               f"offloaded optimizer states ({OFFLOAD_HOST_BYTES} B per element) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
                f"of host memory per GPU (cluster.host); offload less, or use more GPUs")
     elif min_plan is None and complete:
         msg = _why_no_candidate(space, framework)
@@ -577,13 +577,8 @@ def _offload_hint(model, cluster, training, framework, constraints, deadline: fl
     whether the same GPUs fit with the whole optimizer shard on the host (Megatron's optimizer CPU
     offload, TrainingSpec.optimizer_offload): '' when the cluster has no host spec, the workload
     cannot offload, the target is not Megatron, or time ran out first."""
-    if training.optimizer_offload or cluster.host is None or framework in ("deepspeed", "torchtitan"):
-        return ""
-    try:
-        off = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
-    except ValueError:  # BF16 states, FP8 weights gathered outside delayed scaling, another engine
-        return ""
-    if time.perf_counter() >= deadline:
+    off = offloaded(cluster, training, framework)
+    if off is None or time.perf_counter() >= deadline:
         return ""
     try:
         sp = build_space(model, cluster, off, framework=framework, constraints=constraints)

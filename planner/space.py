@@ -395,6 +395,18 @@ def default_fp8_recipe(cluster: ClusterSpec) -> str:
     return "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
 
 
+def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
+    """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload),
+    where the cluster has a host spec, the workload can offload and the target is Megatron; else None
+    (already offloaded, BF16 states, FP8 weights gathered outside delayed scaling, another engine)."""
+    if training.optimizer_offload or cluster.host is None or framework in MEGATRON_ONLY_REFUSED_BY:
+        return None
+    try:
+        return TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
+    except ValueError:
+        return None
+
+
 def check_offload(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """Refuse optimizer offload where the cluster says nothing about its hosts (one line, named)."""
     if training.optimizer_offload and cluster.host is None:
