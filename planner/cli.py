@@ -554,7 +554,8 @@ def _cmd_catalog(a, out: Console) -> int:
             t.add_column(col)
         for ref in model_ids():
             m = load_model(ref)
-            params = f"{m.num_params / 1e9:.2f}B" + (f" ({m.active_params / 1e9:.1f}B active)" if m.moe else "")
+            params = f"{m.num_params / 1e9:.2f}B" + (f" ({m.active_params / 1e9:.1f}B active, {m.active_params_without_embedding / 1e9:.1f}B "
+                                                 "without the input embedding)" if m.moe else "")
             _row(t, ref, m.family.value + (" MoE" if m.moe else "") + (" MLA" if m.mla else ""), params,
                  str(m.num_layers), str(m.hidden_size),
                  f"{m.num_attention_heads}/{m.kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size),

@@ -434,6 +434,13 @@ class ModelSpec(_Spec):
                 + self.embedding_params + self.output_params)
 
     @cached_property
+    def active_params_without_embedding(self) -> int:
+        """active_params less the input embedding, a table lookup rather than a matmul: the count OpenAI
+        publishes for GPT-OSS (its model card's 5.13B / 3.61B active count the unembedding only); Mistral,
+        Qwen and DeepSeek count both, as active_params does."""
+        return self.active_params - self.embedding_params
+
+    @cached_property
     def positions(self) -> str:
         """Position scheme in effect: the explicit one, else 'learned' for GPT and 'rope' for Llama."""
         return self.position_embedding or ("learned" if self.family == Family.GPT else "rope")

@@ -32,6 +32,16 @@ def test_counts_match_the_published_totals(ref, total, active):
     assert abs(m.active_params - active) <= 10 ** (9 - digits)
 
 
+@pytest.mark.parametrize("ref, total, active", [("gpt-oss-120b", 116.83e9, 5.13e9), ("gpt-oss-20b", 20.91e9, 3.61e9)])
+def test_gpt_oss_counts_match_openai_model_card(ref, total, active):
+    # OpenAI's gpt-oss model card (arXiv 2508.10925) Table 1 gives totals and active counts to two decimals;
+    # its active count leaves out the input embedding (embedding + unembedding 1.16B, half of it active)
+    m = planner.load_model(ref)
+    assert m.num_params == pytest.approx(total, abs=0.005e9)
+    assert m.active_params_without_embedding == pytest.approx(active, abs=0.005e9)
+    assert m.active_params - m.active_params_without_embedding == 201088 * 2880
+
+
 def test_mixtral_layer_by_hand():
     # h 4096, 8 KV heads of 128, f 14336, 8 experts, top 2: attention 4096 x (4096 + 2 x 1024) + 4096 x 4096,
     # two RMSNorms, router 4096 x 8, experts 8 x 3 x 4096 x 14336
