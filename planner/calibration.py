@@ -19,6 +19,7 @@ peak *reserved* the log reports (planner.logs).
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -239,10 +240,19 @@ def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layo
                     where: str) -> tuple[TrainingSpec, Layout]:
     """`training` and `layout` with what DeepSpeed's printed configuration states: the global batch
     (train_batch_size), the micro-batch (train_micro_batch_size_per_gpu), the ZeRO stage
-    (zero_optimization_stage) and the data-parallel size (its world_size) [deepspeedai/DeepSpeed@edaa722
+    (zero_optimization_stage), the data-parallel size (its world_size), the gradient accumulation dtype
+    (grad_accum_dtype) and ZeRO-Offload (zero_config's offload_optimizer device) [deepspeedai/DeepSpeed@edaa722
     deepspeed/runtime/config.py:DeepSpeedConfig]; with ZeRO the run is priced on DeepSpeed's engine
     (TrainingSpec.optimizer_impl, planner.deepspeed_engine). The rest (sequence length, TP/PP) is the caller's."""
     t_up, l_up = {}, {}
+    if "grad_accum_dtype" in config:  # None: the model's dtype [engine.py: get_data_types]
+        t_up["grad_dtype"] = "fp32" if config["grad_accum_dtype"].strip() == "fp32" else "bf16"
+    # ZeRO-Offload: zero_config prints offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='cpu', ...)
+    device = re.search(r"offload_optimizer=\w*\(device='(\w+)'", config.get("zero_config", ""))
+    if device and device.group(1) == "cpu":
+        t_up["optimizer_offload"] = 1.0
+    elif device and device.group(1) != "none":
+        raise LogError(f"{where}: zero_config offloads the optimizer to '{device.group(1)}'; only CPU offload is priced")
     for key, name, target in (("train_batch_size", "global_batch_size", t_up),
                               ("train_micro_batch_size_per_gpu", "micro_batch_size", l_up),
                               ("zero_optimization_stage", "zero_stage", l_up), ("world_size", "dp", l_up)):
@@ -250,7 +260,8 @@ def deepspeed_setup(config: dict[str, str], training: TrainingSpec, layout: Layo
             target[name] = _arg(config, key, where, kind=_whole_number)
     if l_up.get("zero_stage", layout.zero_stage) >= 1:
         t_up["optimizer_impl"] = "deepspeed"
-    return training.model_copy(update=t_up), layout.model_copy(update=l_up)
+    # validated: ZeRO-Offload's rules (FP32 accumulation) name the field in one line
+    return TrainingSpec(**{**training.model_dump(exclude_unset=True), **t_up}), layout.model_copy(update=l_up)
 
 
 def observation(measurement: LogMeasurement, model: ModelSpec, training: TrainingSpec | None = None,

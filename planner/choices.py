@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from planner.errors import PlannerError
 from planner.search import PlanResult, plan
+from planner.space import framework_training
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec, format_validation_error
 
 __all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label"]
@@ -36,9 +37,13 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     variants, refused = {}, []
     for combo in itertools.product(*values):  # validated: model_copy(update=...) would skip the cross-field rules
         try:
-            variants[combo] = TrainingSpec.model_validate({**training.model_dump(), **dict(zip(names, combo))})
+            variant = TrainingSpec.model_validate({**training.model_dump(), **dict(zip(names, combo))})
+            framework_training(variant, kw.get("framework"))  # and the target engine's (DeepSpeed's ZeRO-Offload)
+            variants[combo] = variant
         except ValidationError as e:
             refused.append(f"{combo_label(names, combo)} refused ({format_validation_error(e, 'TrainingSpec')})")
+        except PlannerError as e:
+            refused.append(f"{combo_label(names, combo)} refused ({e})")
     if not variants:
         raise PlannerError("choices: no combination is a valid workload: " + "; ".join(refused))
     combos = list(variants)
@@ -52,7 +57,7 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         first = next(iter(results.values()))
         status = "infeasible" if all(r.status == "infeasible" for r in results.values()) else "unknown"
         return replace(first, status=status, solve_time_s=time.perf_counter() - start,
-                       space_size=sum(r.space_size for r in results.values())), results
+                       space_size=sum(r.space_size for r in results.values()), refused_choices=tuple(refused)), results
     chosen = min(found, key=lambda r: (r.best.time.objective_us, r.best.peak_memory_bytes))
     ranked = sorted((p for r in found for p in (r.best, *r.alternatives)),
                     key=lambda p: (p.time.objective_us, p.peak_memory_bytes))[:top_k]
@@ -62,7 +67,7 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         + refused)
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
-                   explanation=(*chosen.explanation, line)), results
+                   explanation=(*chosen.explanation, line), refused_choices=tuple(refused)), results
 
 
 def combo_label(names: list[str], combo: tuple) -> str:

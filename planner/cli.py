@@ -16,9 +16,9 @@ from planner.catalog import cluster_ids, load_cluster, load_model, model_ids
 from planner.emit import LAUNCH_FILE_NAMES
 from planner.errors import PlannerError
 from planner.outputs import check_file, check_folder
-from planner.memory import OFFLOAD_HOST_BYTES
+from planner.memory import offload_host_note
 from planner.plans import evaluate
-from planner.report import GiB, ledger_rows, plan_row, result_dict
+from planner.report import GiB, ledger_rows, plan_row, result_dict, workload_tags
 from planner.search import MAX_TIME_LIMIT_S, plan
 from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
                            framework_training, overlaps)
@@ -332,10 +332,12 @@ def _plans_table(title: str, plans, best) -> Table:
     if has_budget:
         t.add_column("days", justify="right")
         t.add_column("GPU-hours", justify="right")
-    for i, p in enumerate(plans, 1):
+    # a choice search (--precision, --optimizer-states, --optimizer-offload lists) ranks plans of several
+    # workloads: each row names the choice it was priced with wherever the rows differ in it
+    for i, (p, tags) in enumerate(zip(plans, workload_tags(plans)), 1):
         r = plan_row(p, best)
         lo, hi = r["step_s_80"]
-        cells = [str(i), r["layout"], f"{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}", _risk(r["oom_risk"]),
+        cells = [str(i), r["layout"] + (f" [{tags}]" if tags else ""), f"{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}", _risk(r["oom_risk"]),
                  f"{r['step_s']:.3f}", f"{lo:.4g}-{hi:.4g}", f"{r['delta']:+.1%}" + (" tied" if r["tied"] else ""),
                  f"{r['mfu']:.1%}", f"{r['tokens_per_s']:,.0f}"]
         if has_budget:
@@ -375,7 +377,7 @@ def _cmd_plan(a, out: Console) -> int:
                                   framework=a.framework, **_constraints(a))
         choice = "; ".join(f"{combo_label(list(options), k)}: "
                            + (f"{res.best.step_time_s:.3f} s ({res.status})" if res.best else res.status)
-                           for k, res in results.items())
+                           for k, res in results.items()) + "".join(f"; {x}" for x in r.refused_choices)
     else:
         r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
                  **_constraints(a))
@@ -484,8 +486,8 @@ def _cmd_evaluate(a, out: Console) -> int:
     out.print(t)
     if p.memory.host:
         host = p.memory.host[st.stage]
-        out.print(f"host memory per GPU, stage {st.stage}: {host / GiB:.2f} GiB of offloaded optimizer states (FP32 "
-                  f"copy, m, v, gradient: {OFFLOAD_HOST_BYTES} B per element) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
+        out.print(f"host memory per GPU, stage {st.stage}: {host / GiB:.2f} GiB of offloaded optimizer states "
+                  f"({offload_host_note(p.training)}) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
     t = Table(title="step time", title_justify="left")
     t.add_column("term")
     t.add_column("s", justify="right")

@@ -28,6 +28,9 @@ from planner import deepspeed_engine, torchtitan_engine
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
 from planner.errors import PlannerError
+from planner.deepspeed_engine import CPU_STEP_BYTES as DEEPSPEED_CPU_STEP_BYTES
+from planner.deepspeed_engine import OFFLOAD_D2H_BYTES as DEEPSPEED_D2H_BYTES
+from planner.deepspeed_engine import OFFLOAD_H2D_BYTES as DEEPSPEED_H2D_BYTES
 from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
@@ -1083,8 +1086,8 @@ ASSUMPTION: no published measurement of torch's CPU AdamW under Megatron; STREAM
 
 @dataclass(frozen=True)
 class OffloadTime:
-    """The offloaded share of one rank's optimizer step, seconds (Megatron's HybridDeviceOptimizer
-    with --overlap-cpu-optimizer-d2h-h2d)."""
+    """The offloaded share of one rank's optimizer step, seconds: Megatron's HybridDeviceOptimizer
+    with --overlap-cpu-optimizer-d2h-h2d (overlapped), or DeepSpeed's ZeRO-Offload (in series)."""
 
     gpu: float
     """Transformer Engine's FusedAdam over the share kept on the GPU."""
@@ -1094,15 +1097,31 @@ class OffloadTime:
     """torch's AdamW on the host, the node's ranks sharing its memory bandwidth."""
     h2d: float
     """The updated parameters back."""
+    overlapped: bool = True
+    """Megatron's per-parameter pipelining (True) or DeepSpeed's copy, step and copy back one after the
+    other (False)."""
+
+    @property
+    def chains(self) -> dict[str, float]:
+        """The parts that add up within themselves, by what they are: Megatron's three chains, or
+        DeepSpeed's three steps."""
+        if self.overlapped:
+            return {"the gradients' copy to the host": self.d2h, "the CPU Adam step": self.cpu,
+                    "the GPU's own step and the copy back": self.gpu + self.h2d}
+        return {"the gradients' copy to the host": self.d2h, "the CPU Adam step": self.cpu,
+                "the copy back": self.h2d}
 
     @property
     def total(self) -> float:
-        """With the overlap each parameter is its own CPU optimizer: its gradient copy, its CPU step and
-        its copy back pipeline with the other parameters', the GPU step runs beside them, and every copy
-        back waits for the GPU step (the copy stream waits on the compute stream) [hybrid_optimizer.py:
-        step, _register_param_copy_back_gpu_hook, build_cpu_optimizer_list]: the longest of the three
-        chains (fills ignored)."""
-        return max(self.d2h, self.cpu, self.gpu + self.h2d)
+        """With Megatron's overlap each parameter is its own CPU optimizer: its gradient copy, its CPU
+        step and its copy back pipeline with the other parameters', the GPU step runs beside them, and
+        every copy back waits for the GPU step (the copy stream waits on the compute stream)
+        [hybrid_optimizer.py: step, _register_param_copy_back_gpu_hook, build_cpu_optimizer_list]: the
+        longest of the three chains (fills ignored). DeepSpeed waits for the gradients' copies, steps
+        the partition on the host, then copies it back (deepspeed_engine [Offload]: step): their sum.
+        ASSUMPTION: ZeRO-2's copies, issued as each bucket reduces in the last backward, are priced
+        exposed like ZeRO-1's, which follow the backward."""
+        return max(self.chains.values()) if self.overlapped else sum(self.chains.values())
 
 
 def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
@@ -1115,12 +1134,14 @@ def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         raise PlannerError(f"cluster.host: {cluster.name} has no host spec; optimizer_offload needs its CPU memory "
                            "and host links")
     psi, f = optimizer_shard_params(model, layout, stage, layers), training.optimizer_offload
+    share = host.memory_bandwidth * HOST_STREAM_EFFICIENCY / cluster.gpus_per_node
+    if uses_deepspeed(training):  # the whole partition (TrainingSpec: f = 1), DeepSpeedCPUAdam on the host
+        return OffloadTime(0.0, DEEPSPEED_D2H_BYTES * psi / host.link_bandwidth, DEEPSPEED_CPU_STEP_BYTES * psi / share,
+                           DEEPSPEED_H2D_BYTES * psi / host.link_bandwidth, overlapped=False)
     hbm = cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency
     gpu = (1 - f) * psi * (2 * adam_bytes(training) + ADAM_OTHER_BYTES) / hbm
     link = OFFLOAD_LINK_BYTES * f * psi / host.link_bandwidth
-    cpu = (CPU_ADAM_BYTES * f * psi * cluster.gpus_per_node
-           / (host.memory_bandwidth * HOST_STREAM_EFFICIENCY))
-    return OffloadTime(gpu, link, cpu, link)
+    return OffloadTime(gpu, link, CPU_ADAM_BYTES * f * psi / share, link)
 
 
 def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,

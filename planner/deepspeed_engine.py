@@ -14,6 +14,18 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
               reduce bucket of reduce_bucket_size elements, a second with overlap_comm, in
               _gradient_reduction_buffer_dtype: FP32 where stage 1 accumulates FP32 gradients beside
               16-bit ones, else the model dtype).
+    [Offload] zero/stage_1_and_2.py with zero_optimization.offload_optimizer.device 'cpu': __init__
+              (the FP32 master partition pinned on the host, a pinned 16-bit copy of it,
+              param_buffer_of_bit16_for_cpu_offload_groups), initialize_optimizer_states (the FP32
+              gradient partition pinned on the host), copy_grads_in_partition (with FP32 gradient
+              accumulation of 16-bit weights, _use_compact_grad_partition_buffer: the reduced partition
+              accumulates on the GPU and crosses to the host once, at the accumulation boundary), step
+              (the optimizer over the host partition, the FP32 partition copied into the 16-bit buffer on
+              the host, then to the GPU, non-blocking); engine.py: _do_optimizer_sanity_check
+              (BF16_Optimizer is skipped when the optimizer is offloaded); ops/adam/cpu_adam.py:
+              DeepSpeedCPUAdam.step (adam_update over the FP32 parameter, gradient, exp_avg and
+              exp_avg_sq). Megatron-DeepSpeed hands DeepSpeedCPUAdam to DeepSpeed under --cpu-optimizer
+              [deepspeedai/Megatron-DeepSpeed@4efb479 megatron/optimizer/__init__.py: get_megatron_optimizer].
     [Zero3]   zero/stage3.py: DeepSpeedZeroOptimizer_Stage3.__init__ (one reduce bucket of
               reduce_bucket_size elements, allocated at start; gradient partitions in the
               accumulation dtype).
@@ -68,6 +80,10 @@ __all__ = [
     "lp_grad_bytes",
     "FP16_ACCUMULATION_BYTES",
     "FP16_FIRST_CAST_BYTES",
+    "OFFLOAD_HOST_BYTES",
+    "OFFLOAD_D2H_BYTES",
+    "OFFLOAD_H2D_BYTES",
+    "CPU_STEP_BYTES",
 ]
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -87,6 +103,22 @@ parameters that prefetching respects [Zero3P]."""
 GRAD_WIRE_BYTES = 2
 """Bytes per gradient element on the wire: DeepSpeed reduces in communication_data_type, the
 model's 16-bit dtype unless configured (the emitter does not), even where it accumulates FP32 [Engine]."""
+
+
+OFFLOAD_HOST_BYTES = 4 + 4 + 8 + 2
+"""Host bytes per element of the optimizer partition ZeRO-Offload keeps: the pinned FP32 master,
+the pinned FP32 gradient, DeepSpeedCPUAdam's FP32 exp_avg and exp_avg_sq, and the pinned 16-bit
+copy the update crosses back in [Offload]."""
+OFFLOAD_D2H_BYTES = 4
+"""Bytes per partition element to the host, once per step: the FP32 gradient partition [Offload:
+copy_grads_in_partition, compact path]."""
+OFFLOAD_H2D_BYTES = 2
+"""Bytes per partition element back: the 16-bit parameter partition [Offload: step]."""
+CPU_STEP_BYTES = 28 + 6
+"""Host-memory bytes per partition element of the step on the host: DeepSpeedCPUAdam reads the
+parameter, gradient, exp_avg and exp_avg_sq and writes the first three back (28); the FP32 partition
+is then copied into the 16-bit buffer, read 4, write 2 [Offload]. ASSUMPTION: gradient clipping does
+not engage (unscale_and_clip_grads multiplies the host gradient, 8 more bytes, only when it does)."""
 
 
 AUTOGRAD_ADD_BYTES = 2 + 2 + 2
@@ -118,8 +150,8 @@ class Wrapper(StrEnum):
     """The optimizer wrapper DeepSpeed's engine builds [Engine: _do_optimizer_sanity_check]."""
 
     BF16 = "BF16_Optimizer"
-    """BF16 weights, FP32 gradient accumulation, ZeRO-1: FP32 gradients of the whole model, the
-    master weights and Adam states sharded over DP; gradients all-reduced after the last backward."""
+    """BF16 weights, FP32 gradient accumulation, ZeRO-1, the optimizer on the GPU: FP32 gradients of
+    the whole model, the master weights and Adam states sharded over DP; gradients all-reduced after the last backward."""
     ZERO = "DeepSpeedZeroOptimizer"
     """ZeRO-1/2 otherwise: contiguous-gradient reduce buckets; reduced bucket by bucket."""
     ZERO3 = "DeepSpeedZeroOptimizer_Stage3"
@@ -146,6 +178,7 @@ def wrapper(training: TrainingSpec, layout: Layout) -> Wrapper:
             with FP16 weights and FP32 accumulation (refused likewise).
     """
     zero, fp32_accum = layout.zero_stage, training.grad_dtype == "fp32"
+    offload = uses_deepspeed(training) and bool(training.optimizer_offload)
     if zero == 0 and not zero0_runs(training):
         if training.precision == "bf16":
             raise SpecError("zero_stage: DeepSpeed without ZeRO cannot train BF16 weights with FP32 master weights "
@@ -158,7 +191,7 @@ def wrapper(training: TrainingSpec, layout: Layout) -> Wrapper:
         return Wrapper.FP16
     if zero == 3:
         return Wrapper.ZERO3
-    if zero == 1 and fp32_accum and training.precision == "bf16":
+    if zero == 1 and fp32_accum and training.precision == "bf16" and not offload:
         return Wrapper.BF16
     return Wrapper.ZERO
 
@@ -167,7 +200,8 @@ def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     """HBM bytes per local parameter that gradient accumulation costs in a micro-batch (the step's
     average over its m micro-batches) beyond the backward kernels:
     - BF16_Optimizer (ZeRO-1): BF16_ACCUMULATION_BYTES in every micro-batch;
-    - the ZeRO optimizer at stage 1 with FP16 weights accumulating FP32 (its grad_accum attribute):
+    - the ZeRO optimizer at stage 1 with 16-bit weights accumulating FP32 (its grad_accum attribute;
+      FP16 weights, or BF16 ones with the optimizer offloaded):
       FP16_FIRST_CAST_BYTES in the first micro-batch, FP16_ACCUMULATION_BYTES in each later one;
     - FP16_Optimizer (ZeRO-0) and stage 1 accumulating in the model dtype: the gradients stay in .grad
       until the step (reduced at the boundary, then set to None by zero_grad) [Zero12:
@@ -179,7 +213,7 @@ def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     if not uses_deepspeed(training) or layout.zero_stage > 1 or (layout.zero_stage == 0 and not zero0_runs(training)):
         return 0.0  # (ZeRO-0 that DeepSpeed would not run is refused by the layout checks)
     m = num_microbatches(training, layout)
-    if layout.zero_stage == 1 and training.precision == "fp16" and training.grad_dtype == "fp32":
+    if layout.zero_stage == 1 and training.grad_dtype == "fp32":  # the ZERO wrapper: FP16, or BF16 offloaded
         return (FP16_FIRST_CAST_BYTES + (m - 1) * FP16_ACCUMULATION_BYTES) / m
     return (m - 1) * AUTOGRAD_ADD_BYTES / m
 

@@ -104,12 +104,12 @@ def _offload_sentence(b) -> str:
     layers = b.memory.stages[st].layers
     t = stage_offload_time(b.model, b.cluster, b.training, b.layout, st, layers)
     freed = adam_bytes(b.training) * b.training.optimizer_offload * optimizer_shard_params(b.model, b.layout, st, layers)
-    chains = {"the gradients' copy to the host": t.d2h, "the CPU Adam step": t.cpu,
-              "the GPU's own step and the copy back": t.gpu + t.h2d}
-    slowest = max(chains, key=chains.get)
+    slowest = max(t.chains, key=t.chains.get)
+    how = (f"set by {slowest}" if t.overlapped else
+           f"copy, CPU step and copy back in series, {slowest} the largest ({t.chains[slowest]:.2f} s)")
     return (f"Optimizer offload ({b.training.optimizer_offload:.0%} of each shard on the host): {freed / GiB:.1f} GiB per "
             f"GPU freed on stage {st}, {b.memory.host[st] / GiB:.1f} GiB pinned of {b.memory.host_capacity / GiB:.1f} GiB of "
-            f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, set by {slowest}.")
+            f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, {how}.")
 
 
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
+from planner.deepspeed_engine import OFFLOAD_HOST_BYTES as DEEPSPEED_OFFLOAD_HOST_BYTES
 from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
                                       wrapper, zero3_gathered_params)
 from planner.errors import SpecError
@@ -42,6 +43,8 @@ __all__ = [
     "optimizer_shard_params",
     "stage_host_bytes",
     "OFFLOAD_HOST_BYTES",
+    "offload_host_bytes",
+    "offload_host_note",
 ]
 
 PARAM_BYTES = 2  # bf16/fp16 weights
@@ -102,12 +105,42 @@ def optimizer_shard_params(model: ModelSpec, layout: Layout, stage: int, layers:
     return sum(sh.params / (sh.dp if layout.zero_stage >= 1 else 1) for sh in param_shards(model, layout, stage, layers))
 
 
+def offload_host_bytes(training: TrainingSpec) -> int:
+    """Host bytes per offloaded element of the optimizer shard: Megatron's OFFLOAD_HOST_BYTES, or
+    DeepSpeed's ZeRO-Offload (planner.deepspeed_engine.OFFLOAD_HOST_BYTES: its pinned 16-bit copy too)."""
+    return DEEPSPEED_OFFLOAD_HOST_BYTES if uses_deepspeed(training) else OFFLOAD_HOST_BYTES
+
+
+def offload_host_note(training: TrainingSpec) -> str:
+    """What those host bytes are, for messages."""
+    if uses_deepspeed(training):
+        return (f"FP32 master, gradient, m, v and a 16-bit copy: {DEEPSPEED_OFFLOAD_HOST_BYTES} B per element, and "
+                "a 16-bit staging buffer the size of the largest parameter")
+    return f"FP32 copy, m, v, gradient: {OFFLOAD_HOST_BYTES} B per element"
+
+
+def largest_tensor_params(model: ModelSpec, layout: Layout, stage: int) -> float:
+    """Elements of the largest weight tensor on a GPU of pipeline `stage` (dense models): the word
+    embedding on the first stage and the output projection (or the tied embedding's copy) on the
+    last, split over TP by vocabulary, else the largest linear -- the fused gate and up projection of
+    a SwiGLU MLP (2 f x h / tp), the first MLP projection otherwise, or the fused QKV."""
+    h, tp = model.hidden_size, layout.tp
+    fc1 = h * model.ffn_hidden_size * (2 if model.family == Family.LLAMA else 1) / tp
+    qkv = h * (model.q_hidden + 2 * model.kv_hidden) / tp
+    vocab = model.vocab_size * h / tp if stage in (0, layout.pp - 1) else 0.0
+    return max(fc1, qkv, vocab)
+
+
 def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
     """Host bytes one GPU's rank of pipeline `stage` pins for its offloaded optimizer share
-    (TrainingSpec.optimizer_offload; 0 without)."""
+    (TrainingSpec.optimizer_offload; 0 without); under DeepSpeed also the pinned 16-bit staging buffer
+    of the largest parameter's gradient (deepspeed_engine [Offload]: temp_grad_buffer_for_cpu_offload)."""
     if not training.optimizer_offload:
         return 0.0
-    return OFFLOAD_HOST_BYTES * training.optimizer_offload * optimizer_shard_params(model, layout, stage, layers)
+    states = offload_host_bytes(training) * training.optimizer_offload * optimizer_shard_params(model, layout, stage, layers)
+    if uses_deepspeed(training):
+        states += PARAM_BYTES * largest_tensor_params(model, layout, stage)
+    return states
 
 
 def static_memory(
@@ -759,7 +792,7 @@ class MemoryLedger:
 
 
 STATIC_ITEMS = frozenset({"weights", "gradients", "optimizer", "zero3_gather", "fp8_weights", "zero_buckets",
-                          "fsdp2_output_layer", "fsdp2_pipeline_grads"})
+                          "fsdp2_output_layer", "fsdp2_pipeline_grads", "bf16_grads", "offload_grad_buffer"})
 """The names stage_static_items produces: the items that depend on the ZeRO stage."""
 
 
@@ -822,6 +855,10 @@ def stage_static_items(
     if per_lp := lp_grad_bytes(training, layout):
         items.append(MemoryItem("bf16_grads", per_lp * sum(sh.params for sh in shards),
                                 "BF16_Optimizer's BF16 gradients, zeroed (not freed) before each micro-batch's backward"))
+    if uses_deepspeed(training) and training.optimizer_offload:  # deepspeed_engine [Offload]
+        items.append(MemoryItem("offload_grad_buffer", PARAM_BYTES * largest_tensor_params(model, layout, stage),
+                                "ZeRO-Offload's 16-bit staging buffer the size of the largest parameter "
+                                "(temp_grad_buffer_for_gpu_offload)"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))

@@ -10,7 +10,7 @@ from planner.search import PlanResult
 from planner.specs import ModelSpec
 from planner.uncertainty import LEVELS
 
-__all__ = ["plan_row", "plan_dict", "result_dict", "ledger_rows", "term_deltas", "calibration_dict", "GiB"]
+__all__ = ["plan_row", "workload_tags", "plan_dict", "result_dict", "ledger_rows", "term_deltas", "calibration_dict", "GiB"]
 
 GiB = 2.0**30
 DAY = 86400.0
@@ -39,6 +39,20 @@ def plan_row(p: Plan, best: Plan | None = None) -> dict[str, Any]:
     return row
 
 
+WORKLOAD_TAGS = {"fp8": "fp8", "optimizer_states": "states", "optimizer_offload": "offload"}
+"""The TrainingSpec fields a workload-choice search varies (planner.choices), by their short tag."""
+
+
+def workload_tags(plans) -> list[str]:
+    """Per plan, the workload-choice fields in which the listed plans differ ('offload=1 fp8=delayed'),
+    so that rows of one layout priced with two workloads can be told apart; '' where none differ."""
+    varied = [f for f in WORKLOAD_TAGS if len({getattr(p.training, f) for p in plans}) > 1]
+
+    def word(v) -> str:
+        return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+    return [" ".join(f"{WORKLOAD_TAGS[f]}={word(getattr(p.training, f))}" for f in varied) for p in plans]
+
+
 def plan_dict(p: Plan) -> dict[str, Any]:
     """Everything about a plan as JSON-ready data."""
     return {
@@ -51,6 +65,8 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "peak_stage": p.memory.peak_stage.stage,
         "memory_stages": [{"stage": s.stage, "layers": s.layers, "items": {i.name: i.bytes for i in s.items}}
                           for s in p.memory.stages],
+        "fp8": p.training.fp8,  # the workload-choice fields (planner.choices): rows of a choice search differ in them
+        "optimizer_states": p.training.optimizer_states,
         "optimizer_offload": p.training.optimizer_offload,
         "host_memory_stages_bytes": list(p.memory.host),
         "host_memory_capacity_bytes": p.memory.host_capacity,

@@ -9,7 +9,7 @@ import io
 from typing import Any
 
 from planner.plans import Plan
-from planner.report import GiB, plan_row
+from planner.report import GiB, plan_row, workload_tags
 from planner.search import PlanResult, plan
 from planner.units import count_text
 
@@ -114,9 +114,10 @@ def review_html(result: PlanResult, front: list[Plan]) -> str:
     figs = _figures(plans, labels, front)
     m, c, t = best.model, best.cluster, best.training
     rows = []
-    for lab, p in zip(labels, plans):
+    for lab, p, tags in zip(labels, plans, workload_tags(plans)):
         r = plan_row(p, best)
-        rows.append(f"<tr><td>{html.escape(lab)}</td><td><code>{html.escape(r['layout'])}</code></td>"
+        layout = r["layout"] + (f" [{tags}]" if tags else "")  # a choice search's rows name their workload
+        rows.append(f"<tr><td>{html.escape(lab)}</td><td><code>{html.escape(layout)}</code></td>"
                     f"<td>{r['peak_gib']:.1f} / {r['capacity_gib']:.1f}</td><td>{r['oom_risk']:.1%}</td>"
                     f"<td>{r['step_s']:.3f}</td><td>{r['step_s_80'][0]:.4g}-{r['step_s_80'][1]:.4g}</td>"
                     f"<td>{r['delta']:+.1%}{' tied' if r['tied'] else ''}</td><td>{r['mfu']:.1%}</td><td>{r['tokens_per_s']:,.0f}</td>"

@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, build_rows, solver
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
-from planner.memory import OFFLOAD_HOST_BYTES, adam_bytes, static_memory
+from planner.memory import adam_bytes, offload_host_note, static_memory
 from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training, offloaded
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
@@ -224,6 +224,9 @@ class PlanResult:
     infeasibility: Infeasibility | None = None
     stats: SearchStats | None = None
     """How the best was found and proven (None when nothing was searched)."""
+    refused_choices: tuple[str, ...] = ()
+    """A workload-choice search (planner.choices.plan_choices): the combinations that are not a workload
+    the target runs, each with the rule it breaks."""
 
 
 @dataclass
@@ -551,7 +554,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
                       and (min_plan is None or min_plan.memory_margin_units >= 0))
     if host_bound:
         msg = (f"nothing fits in host memory: with optimizer_offload={training.optimizer_offload:g} every layout's "
-               f"offloaded optimizer states ({OFFLOAD_HOST_BYTES} B per element) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
+               f"offloaded optimizer states ({offload_host_note(training)}) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
                f"of host memory per GPU (cluster.host); offload less, or use more GPUs")
     elif min_plan is None and complete:
         msg = _why_no_candidate(space, framework)

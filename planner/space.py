@@ -99,11 +99,8 @@ def layout_problems(
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, lay)
-    if training.optimizer_offload and lay.zero_stage != 1 and zero_rules:  # build_space: zero_stages
-        # HybridDeviceOptimizer needs --use-precision-aware-optimizer, which needs the distributed
-        # optimizer [Megatron-LM@d98e8a6 training/arguments.py: validate_args; optimizer/__init__.py:
-        # get_megatron_optimizer]
-        bad.append(f"optimizer_offload needs Megatron's distributed optimizer (zero_stage 1), got zero_stage "
+    if training.optimizer_offload and lay.zero_stage not in offload_zero_stages(training) and zero_rules:
+        bad.append(f"optimizer_offload needs {_OFFLOAD_OPTIMIZER[uses_deepspeed(training)]}, got zero_stage "
                    f"{lay.zero_stage}")
     if uses_deepspeed(training) and zero_rules:
         bad += _deepspeed_problems(training, lay)
@@ -396,14 +393,17 @@ def default_fp8_recipe(cluster: ClusterSpec) -> str:
 
 
 def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
-    """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload),
-    where the cluster has a host spec, the workload can offload and the target is Megatron; else None
-    (already offloaded, BF16 states, FP8 weights gathered outside delayed scaling, another engine)."""
-    if training.optimizer_offload or cluster.host is None or framework in MEGATRON_ONLY_REFUSED_BY:
+    """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload,
+    or DeepSpeed's ZeRO-Offload), where the cluster has a host spec, the workload can offload and the
+    target runs it; else None (already offloaded, BF16 states, FP8 weights gathered outside delayed
+    scaling, DeepSpeed accumulating 16-bit gradients, torchtitan)."""
+    if training.optimizer_offload or cluster.host is None or framework == "torchtitan":
         return None
     try:
-        return TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
-    except ValueError:
+        candidate = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
+        framework_training(candidate, framework)  # the target's own rules (DeepSpeed: FP32 accumulation)
+        return candidate
+    except (ValueError, PlannerError):
         return None
 
 
@@ -712,6 +712,8 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
         # only "float32" [torchtitan 0.3 config/configs.py]
         raise PlannerError(f"training.grad_dtype: torchtitan reduces and keeps gradients in FP32 "
                            f"(mixed_precision_reduce float32), not '{training.grad_dtype}'")
+    if update.get("optimizer_impl") == "deepspeed" and training.optimizer_offload:
+        TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})  # ZeRO-Offload's rules (SpecError)
     return training.model_copy(update=update) if update else training
 
 
@@ -746,6 +748,19 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
             "tp_comm_overlap": sp and framework in (None, "any", "megatron", "torchtitan")}
 
 
+_OFFLOAD_OPTIMIZER = {False: "Megatron's distributed optimizer (zero_stage 1)",
+                      True: "DeepSpeed's ZeRO-1/2 optimizer (zero_stage 1 or 2)"}
+
+
+def offload_zero_stages(training: TrainingSpec) -> tuple[int, ...]:
+    """The ZeRO stages whose optimizer offloads as priced: Megatron's HybridDeviceOptimizer needs
+    --use-precision-aware-optimizer, which needs the distributed optimizer [Megatron-LM@d98e8a6
+    training/arguments.py: validate_args; optimizer/__init__.py: get_megatron_optimizer]; DeepSpeed's
+    ZeRO-1/2 optimizer offloads as planner.deepspeed_engine prices it (stage 3's offload is another
+    engine, not priced)."""
+    return (1, 2) if uses_deepspeed(training) else (1,)
+
+
 def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = None) -> tuple[int, ...]:
     """ZeRO stages the target framework supports at this pipeline degree (and, for DeepSpeed, with
     the training's precision: without ZeRO it keeps FP32 master weights only for FP16 weights with
@@ -756,8 +771,8 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
     DeepSpeed: ZeRO-2/3 are rejected with its pipeline engine (launch-configs.md §3.3);
     torchtitan: FSDP2 (3) or plain replication (0). None: every stage.
     """
-    if training is not None and training.optimizer_offload:  # Megatron's distributed optimizer only
-        return (1,)
+    if training is not None and training.optimizer_offload:  # DeepSpeed's pipeline engine: ZeRO-1 only
+        return offload_zero_stages(training) if pp == 1 else (1,)
     if framework in (None, "any"):
         return (0, 1, 2, 3)
     if framework == "deepspeed" and training is not None and not zero0_runs(training):
@@ -841,9 +856,10 @@ def build_space(
     constraints = validate_constraints(dict(constraints or {}))
     check_precision(cluster, training)
     check_offload(cluster, training)
-    if training.optimizer_offload and framework in MEGATRON_ONLY_REFUSED_BY:
-        raise PlannerError(f"training.optimizer_offload: CPU offload is priced as Megatron's HybridDeviceOptimizer; "
-                           f"framework '{framework}' would not run it (use framework='megatron' or 'any')")
+    if training.optimizer_offload and framework == "torchtitan":
+        raise PlannerError("training.optimizer_offload: CPU offload is priced as Megatron's HybridDeviceOptimizer "
+                           "and DeepSpeed's ZeRO-Offload; torchtitan would not run it (use framework='megatron', "
+                           "'deepspeed' or 'any')")
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")

@@ -802,8 +802,11 @@ class TrainingSpec(_Spec):
     GPU with Transformer Engine's FusedAdam over FP32 copies (12 B) [Megatron-LM@d98e8a6
     megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py: HybridDeviceOptimizer.
     _get_sub_optimizer_param_groups, _set_sub_optimizer_grads, step; optimizer/__init__.py:
-    _get_megatron_optimizer_based_on_param_groups]. 0 = off. Megatron's distributed optimizer
-    (ZeRO-1), FP32 Adam states, and a cluster with a host spec."""
+    _get_megatron_optimizer_based_on_param_groups]. With optimizer_impl 'deepspeed', ZeRO-Offload:
+    DeepSpeed's ZeRO-1/2 optimizer keeps the whole partition on the host (1 only) and steps it with
+    DeepSpeedCPUAdam, with FP32 gradient accumulation (planner.deepspeed_engine: OFFLOAD_HOST_BYTES,
+    the rules below). 0 = off. Megatron's distributed optimizer (ZeRO-1) or DeepSpeed's ZeRO-1/2, FP32
+    Adam states, and a cluster with a host spec."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
@@ -828,9 +831,18 @@ class TrainingSpec(_Spec):
                 # HybridDeviceOptimizer builds its Adams without exp_avg_dtype: FP32 m and v on both sides
                 raise ValueError("optimizer_offload: Megatron's offloaded optimizer keeps FP32 Adam states; "
                                  f"optimizer_states={self.optimizer_states!r} is not what it runs")
-            if self.optimizer_impl not in (None, "megatron"):
-                raise ValueError(f"optimizer_offload: priced for Megatron's HybridDeviceOptimizer only, got "
-                                 f"optimizer_impl={self.optimizer_impl!r}")
+            if self.optimizer_impl not in (None, "megatron", "deepspeed"):
+                raise ValueError(f"optimizer_offload: priced for Megatron's HybridDeviceOptimizer and DeepSpeed's "
+                                 f"ZeRO-Offload, got optimizer_impl={self.optimizer_impl!r}")
+            if self.optimizer_impl == "deepspeed" and self.optimizer_offload != 1:
+                # offload_optimizer.ratio is stage 3's: ZeRO-1/2 offload the whole partition
+                raise ValueError(f"optimizer_offload: DeepSpeed's ZeRO-1/2 offload the whole optimizer partition "
+                                 f"(1), got {self.optimizer_offload:g}")
+            if self.optimizer_impl == "deepspeed" and self.grad_dtype != "fp32":
+                # priced as the compact FP32 partition that crosses once a step (deepspeed_engine [Offload])
+                raise ValueError("optimizer_offload: priced for DeepSpeed with FP32 gradient accumulation "
+                                 "(grad_dtype='fp32'); accumulating in the model dtype round-trips every "
+                                 "gradient through the host in each micro-batch")
             if self.fp8_param_gather and self.fp8 != "delayed":
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "

@@ -1,9 +1,11 @@
-"""Megatron's optimizer CPU offload (TrainingSpec.optimizer_offload): host and GPU bytes, the step's
-host-link and CPU time, host memory as a search constraint, the refusals and the launch flags.
+"""Optimizer CPU offload (TrainingSpec.optimizer_offload), Megatron's and DeepSpeed's: host and GPU
+bytes, the step's host-link and CPU time, host memory as a search constraint, the refusals and the
+launch flags.
 
 Every expected number is worked out here from the cited mechanism (HybridDeviceOptimizer in
-Megatron-LM@d98e8a6 megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py) and the catalog's
-cited host figures, not read back from the code."""
+Megatron-LM@d98e8a6 megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py; ZeRO-Offload in
+deepspeed 0.19.8 runtime/zero/stage_1_and_2.py) and the catalog's cited host figures, not read back
+from the code."""
 
 import pytest
 
@@ -112,11 +114,13 @@ def test_offload_refusals_name_the_rule():
         planner.evaluate(m, planner.load_cluster("mi300x"), t, Layout(dp=8, zero_stage=1))
     with pytest.raises(PlannerError, match="distributed optimizer"):
         planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=0))
-    with pytest.raises(PlannerError, match="framework 'deepspeed'"):
-        plan(m, planner.load_cluster("dgx-h100"), t, framework="deepspeed")
+    with pytest.raises(PlannerError, match="torchtitan would not run it"):
+        plan(m, planner.load_cluster("dgx-h100"), t, framework="torchtitan")
     p = planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=1))
     with pytest.raises(PlannerError, match="HybridDeviceOptimizer"):
         p.to_torchtitan()
+    with pytest.raises(PlannerError, match="priced with the megatron optimizer engine"):
+        p.to_deepspeed()  # Megatron's bytes and times, not ZeRO-Offload's
 
 
 def test_megatron_flags_and_threads_follow_the_plan():
@@ -203,3 +207,130 @@ def test_explain_prices_offload_where_memory_binds():
                     TrainingSpec(global_batch_size=64, seq_length=4096))
     line = next(x for x in lines if x.startswith("Sensitivity, optimizer offloaded to the host"))
     assert "rc=none" in line and "tokens/s +" in line
+
+
+# ---- DeepSpeed's ZeRO-Offload (deepspeed 0.19.8 runtime/zero/stage_1_and_2.py, cpu_offload) ----
+
+DS_OFFLOAD = dict(global_batch_size=64, seq_length=4096, grad_dtype="fp32", optimizer_impl="deepspeed",
+                  optimizer_offload=1.0)
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_zero_offload_bytes_on_gpu_and_host_from_deepspeeds_buffers(zero):
+    """Llama-3-8B, dp 8, BF16 weights with FP32 accumulation. The host pins the FP32 master partition,
+    the FP32 gradient partition, DeepSpeedCPUAdam's m and v and the 16-bit copy of the partition
+    (4 + 4 + 8 + 2 = 18 B per partition element) plus a 16-bit staging buffer the size of the largest
+    parameter (the 128256 x 4096 embedding); the GPU keeps no Adam state, the same-size 16-bit staging
+    buffer, and its gradients (ZeRO-1: each parameter's FP32 grad_accum, the whole model; ZeRO-2: the
+    FP32 partition). BF16_Optimizer is not built with the optimizer offloaded (engine.py:
+    _do_optimizer_sanity_check), so ZeRO-1's reduce bucket is the ZeRO optimizer's, FP32 at stage 1."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    p = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=zero))
+    n, embed = m.num_params, 128256 * 4096
+    st = p.memory.stages[0]
+    assert p.memory.host == pytest.approx((18 * n / 8 + 2 * embed,), rel=1e-9)
+    assert st.get("optimizer") == 0
+    assert st.get("offload_grad_buffer") == pytest.approx(2 * embed, rel=1e-9)
+    assert st.get("gradients") == pytest.approx(4 * n if zero == 1 else 4 * n / 8, rel=1e-9)
+    assert st.get("zero_buckets") == 500_000_000 * (4 if zero == 1 else 2)  # overlap_comm off: one bucket
+    assert st.get("bf16_grads") == 0
+    from planner.deepspeed_engine import Wrapper, wrapper
+    assert wrapper(p.training, p.layout) == Wrapper.ZERO
+
+
+def test_zero_offload_step_is_copy_then_cpu_adam_then_copy_back():
+    """The boundary's FP32 gradient partition to the host (4 B per element over the 52 GB/s host link),
+    DeepSpeedCPUAdam (28 B of host memory per element) and the FP32-to-16-bit copy on the host (6 B),
+    the node's eight ranks sharing 0.6 of its 563.2 GB/s, then the 16-bit partition back (2 B): one
+    after the other (step() waits for the copies, steps, then copies back)."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    p = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=1))
+    psi = m.num_params / 8
+    d2h, cpu, h2d = 4 * psi / H100["link"], 34 * psi / (H100["host_bw"] * STREAM / 8), 2 * psi / H100["link"]
+    assert p.time.update.optimizer == pytest.approx(d2h + cpu + h2d, rel=1e-9)
+    assert p.time.update.optimizer == pytest.approx(0.924, abs=0.001)
+
+
+def test_zero_offload_rules_name_the_field():
+    with pytest.raises(ValueError, match="'optimizer_offload': DeepSpeed's ZeRO-1/2 offload the whole"):
+        TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.5})
+    with pytest.raises(ValueError, match="'optimizer_offload': priced for DeepSpeed with FP32 gradient accumulation"):
+        TrainingSpec(**{**DS_OFFLOAD, "grad_dtype": "bf16"})
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    with pytest.raises(PlannerError, match=r"ZeRO-1/2 optimizer \(zero_stage 1 or 2\), got zero_stage 3"):
+        planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=3))
+    # an unset engine becomes DeepSpeed's under framework='deepspeed': its rules apply then
+    with pytest.raises(PlannerError, match="FP32 gradient accumulation"):
+        plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16", optimizer_offload=1.0),
+             framework="deepspeed")
+
+
+def test_zero_offload_search_and_launch_files():
+    """The search keeps ZeRO-1/2 (DeepSpeed's offloading optimizer) and host memory; the ds_config
+    offloads to pinned CPU memory, Megatron-DeepSpeed builds DeepSpeedCPUAdam (--cpu-optimizer) and the
+    launcher binds each rank to its share of the cores."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), framework="deepspeed",
+             top_k=3, structural=False)
+    assert r.status == "optimal" and {p.layout.zero_stage for p in [r.best, *r.alternatives]} <= {1, 2}
+    assert r.best.memory.peak_stage.get("optimizer") == 0 and r.best.memory.host_fits
+    files = r.best.to_deepspeed()
+    assert files.config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert "--cpu-optimizer" in files.args
+    assert "--bind_cores_to_rank" in files.files["launch.sh"]
+    plain = planner.evaluate(m, c, TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.0}), Layout(dp=8, zero_stage=1))
+    assert "offload_optimizer" not in plain.to_deepspeed().config["zero_optimization"]
+    assert "--cpu-optimizer" not in plain.to_deepspeed().args
+
+
+def test_deepspeeds_engine_builds_its_zero_optimizer_for_the_offloaded_config():
+    """DeepSpeed's own config parser and _do_optimizer_sanity_check on the emitted ds_config: the ZeRO
+    optimizer (not BF16_Optimizer) at stage 1 with FP32 accumulation, CPU offload on."""
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    for zero in (1, 2):
+        p = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=zero))
+        r = check_deepspeed(p.to_deepspeed().config, 8)
+        assert r.ok and r.details["optimizer_wrapper"] == "zero_optimization", r.line()
+
+
+def test_calibrate_reads_zero_offload_from_deepspeeds_printed_config():
+    from planner.calibration import deepspeed_setup
+    from planner.logs import LogError
+    zero_config = ("stage=2 contiguous_gradients=True offload_param=None offload_optimizer="
+                   "DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None, buffer_count=4, pin_memory=True)")
+    cfg = {"zero_optimization_stage": "2", "world_size": "8", "train_batch_size": "64", "grad_accum_dtype": "fp32",
+           "zero_config": zero_config}
+    t, lay = deepspeed_setup(cfg, TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")
+    assert (t.optimizer_offload, t.optimizer_impl, t.grad_dtype, lay.zero_stage) == (1.0, "deepspeed", "fp32", 2)
+    none = deepspeed_setup({**cfg, "zero_config": "stage=2 offload_optimizer=None", "grad_accum_dtype": "None"},
+                           TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")[0]
+    assert (none.optimizer_offload, none.grad_dtype) == (0.0, "bf16")  # None: the model's dtype
+    with pytest.raises(LogError, match="offloads the optimizer to 'nvme'"):
+        deepspeed_setup({**cfg, "zero_config": zero_config.replace("'cpu'", "'nvme'")},
+                        TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")
+    with pytest.raises(PlannerError, match="FP32 gradient accumulation"):
+        deepspeed_setup({**cfg, "grad_accum_dtype": "bf16"}, TrainingSpec(global_batch_size=8, seq_length=4096),
+                        Layout(dp=1), "ds.log")
+
+
+def test_choice_rows_name_their_workload(capsys):
+    # at 1024 x 8192 tokens the runners-up of the offloaded optimum include a layout that is faster kept on
+    # the GPU: the rows come from two workloads and say which
+    assert cli_main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--framework", "deepspeed",
+                     "--optimizer-offload", "0,1"]) == 0
+    out = capsys.readouterr().out
+    assert "[offload=1]" in out and "[offload=0]" in out
+
+
+def test_a_choice_deepspeed_would_not_run_is_refused_by_name():
+    """--optimizer-offload 0,1 under DeepSpeed with 16-bit accumulation: offloading is not a workload
+    the target runs as priced, so that combination is left out, with the rule; the other is planned."""
+    from planner.choices import plan_choices
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16")
+    r, results = plan_choices(m, c, t, {"optimizer_offload": [0.0, 1.0]}, framework="deepspeed", top_k=1,
+                              structural=False)
+    assert list(results) == [(0.0,)] and r.best is not None
+    assert len(r.refused_choices) == 1 and "FP32 gradient accumulation" in r.refused_choices[0]

@@ -2,7 +2,7 @@
 when nothing fits."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import planner
@@ -431,6 +431,35 @@ def offload_instances(draw):
     cluster = cluster.model_copy(update={"host": host})
     training = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": f})
     return model, cluster, training, "megatron"
+
+
+@st.composite
+def deepspeed_offload_instances(draw):
+    """DeepSpeed's ZeRO-Offload (the whole partition, FP32 accumulation) on hosts whose share per GPU
+    is 0.6-1.5 x an even share of its 18 B per element, plus the largest parameter's staging buffer."""
+    model, cluster, training, _ = draw(instances(layers=(3, 4, 5, 6, 8)))
+    assume(not model.megatron_only)  # DeepSpeed's emitter builds dense GPT/Llama models only
+    per_gpu = (draw(st.sampled_from([0.6, 0.9, 1.2, 1.5])) * 18 * model.num_params / cluster.world_size
+               + 2 * model.vocab_size * model.hidden_size)
+    host = planner.HostSpec(memory=per_gpu * cluster.gpus_per_node + 1e9, memory_bandwidth=500e9, link_bandwidth=50e9,
+                            cores=64, reserve=1e9)
+    cluster = cluster.model_copy(update={"host": host})
+    training = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0, "grad_dtype": "fp32",
+                                            "optimizer_states": "fp32", "fp8": None, "fp8_param_gather": False})
+    return model, cluster, training, "deepspeed"
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(deepspeed_offload_instances())
+def test_cpsat_equals_enumerator_with_zero_offload(inst):
+    """ZeRO-Offload: its serial copy / CPU Adam / copy-back step and host memory as CP-SAT encodes them
+    equal the brute force over every layout and split DeepSpeed runs."""
+    test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
+    model, cluster, training, framework = inst
+    result = plan(model, cluster, training, top_k=1, structural=False, framework=framework, **SMALL)
+    if result.best is not None:
+        assert result.best.layout.zero_stage in (1, 2)
+        assert max(result.best.memory.host) <= cluster.host_memory_per_gpu
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

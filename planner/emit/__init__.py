@@ -83,9 +83,10 @@ def refuse_megatron_only(plan, target: str) -> None:
     if t.optimizer_states != "fp32":
         raise PlannerError(f"{target}: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
                            "plan prices memory this config would not save (emit for Megatron)")
-    if t.optimizer_offload:
-        raise PlannerError(f"{target}: optimizer CPU offload is priced as Megatron's HybridDeviceOptimizer; this "
-                           "config would keep the states on the GPU (emit for Megatron)")
+    if t.optimizer_offload and target != "DeepSpeed":  # DeepSpeed's emitter writes ZeRO-Offload
+        raise PlannerError(f"{target}: optimizer CPU offload is priced as Megatron's HybridDeviceOptimizer or "
+                           "DeepSpeed's ZeRO-Offload; this config would keep the states on the GPU (emit for "
+                           "Megatron or DeepSpeed)")
     if t.fp8 is not None:
         raise PlannerError(f"{target}: FP8 ('{t.fp8}') launch configs are not emitted yet; the plan prices FP8 GEMMs "
                            "this config would not turn on (emit for Megatron, or plan without fp8)")

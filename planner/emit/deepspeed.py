@@ -58,6 +58,9 @@ def ds_config(plan: Plan) -> dict:
     if lay.zero_stage >= 1:  # the buckets and overlap the ledger and cost model price (planner.deepspeed_engine)
         zero.update({"contiguous_gradients": True, "reduce_scatter": True, "overlap_comm": overlap_comm(lay),
                      "reduce_bucket_size": REDUCE_BUCKET_ELEMENTS, "allgather_bucket_size": ALLGATHER_BUCKET_ELEMENTS})
+    if t.optimizer_offload:  # ZeRO-Offload: the partition and DeepSpeedCPUAdam on the host, pinned
+        # (planner.deepspeed_engine [Offload]; --cpu-optimizer hands DeepSpeed the CPU Adam)
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if lay.zero_stage == 3:  # overlap_comm on: DeepSpeed's stage-3 default, priced by calibration.dp_overlap;
         # the gathered weights the ledger counts (deepspeed_engine.zero3_gathered_params)
         zero.update({"stage3_prefetch_bucket_size": PREFETCH_BUCKET_ELEMENTS, "stage3_param_persistence_threshold": 100_000,
@@ -111,6 +114,8 @@ def _megatron_deepspeed_args(plan: Plan) -> list[str]:
                                f"recompute_modules {','.join(lay.recomputed_modules)} are megatron-core's "
                                "(emit for Megatron)")
         a += ["--recompute-granularity", "selective"]
+    if t.optimizer_offload:  # DeepSpeedCPUAdam, which ZeRO-Offload requires [Megatron-DeepSpeed get_megatron_optimizer]
+        a += ["--cpu-optimizer"]
     a += ["--bf16" if t.precision == "bf16" else "--fp16", "--zero-stage", str(lay.zero_stage),
           "--deepspeed", "--deepspeed_config", "ds_config.json"]
     return a
@@ -129,7 +134,9 @@ def to_deepspeed(plan: Plan) -> LaunchFiles:
         "set -euo pipefail",
         ': "${MEGATRON_DEEPSPEED:?set MEGATRON_DEEPSPEED to your Megatron-DeepSpeed checkout}"',
         ': "${HOSTFILE:=hostfile}"',
-        f"deepspeed --hostfile \"$HOSTFILE\" --num_nodes {c.num_nodes} --num_gpus {c.gpus_per_node} \\",
+        f"deepspeed --hostfile \"$HOSTFILE\" --num_nodes {c.num_nodes} --num_gpus {c.gpus_per_node}"
+        # ZeRO-Offload's CPU Adam: each rank its NUMA-local share of the cores, OMP_NUM_THREADS set to it
+        + (" --bind_cores_to_rank" if plan.training.optimizer_offload else "") + " \\",
         '  "$MEGATRON_DEEPSPEED/pretrain_gpt.py" \\',
         "  " + " ".join(shlex.quote(x) for x in args),
     ]) + "\n"
