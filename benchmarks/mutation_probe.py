@@ -240,6 +240,8 @@ MUTANTS = [
      "return DEEPSPEED_OFFLOAD_HOST_BYTES if uses_deepspeed(training) else 12", "offload: host without the FP32 gradient"),
     ("planner/cpsat.py", "m.add(n[r] <= row.host_most[r]).only_enforce_if(lit)", "pass",
      "offload: host memory not a CP-SAT constraint"),
+    ("planner/emit/torchtitan.py", 'FLOAT8_SKIPPED = ("lm_head",)', "FLOAT8_SKIPPED = ()",
+     "torchtitan float8: the LM head converted too"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target)

@@ -282,7 +282,7 @@ def _fp8_list(a, cluster) -> list[str | None]:
     """--fp8 (or --precision's fp8) as a list of recipes (None = no FP8)."""
     if a.fp8 is not None:
         return [None if w == "none" else w for w in _word_list("--fp8", a.fp8, FP8_CHOICES, "recipe")]
-    return [default_fp8_recipe(cluster) if w == "fp8" else None for w in _precision_words(a)]
+    return [default_fp8_recipe(cluster, getattr(a, "framework", None)) if w == "fp8" else None for w in _precision_words(a)]
 
 
 def _states_list(a) -> list[str]:
@@ -668,6 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-arch", type=int, choices=range(7, 13), default=9, metavar="7..12",
                    help="compute capability major of the target GPU (default 9)")
     p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
+    p.add_argument("--job-folder", default=None, metavar="DIR",
+                   help="torchtitan: the launch folder of an FP8 plan; its planner_job.py is the --module and --config")
     p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
     p.add_argument("model")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="bf16")
@@ -708,7 +710,8 @@ def _cmd_check(a, out: Console) -> int:
     else:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")
-        result = check.check_torchtitan(a.config, a.world_size, num_layers=a.num_layers)
+        job = {"module": "planner_job", "config": "planner_job", "folder": a.job_folder} if a.job_folder else {}
+        result = check.check_torchtitan(a.config, a.world_size, num_layers=a.num_layers, **job)
     out.print(_clean(result.line()), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_INFEASIBLE
 

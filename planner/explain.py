@@ -12,7 +12,7 @@ from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
 from planner.plans import evaluate
 from planner.search import plan
-from planner.space import MEGATRON_ONLY_REFUSED_BY, check_precision, default_fp8_recipe, offloaded
+from planner.space import check_precision, default_fp8_recipe, offloaded
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.topology import placement
 
@@ -33,14 +33,14 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
 
 
 def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
-    """The same workload with FP8 linear layers toggled: Megatron's default recipe on Hopper
-    (delayed), MXFP8 on Blackwell; None where the cluster cannot price FP8 or the launch target does
-    not emit it (DeepSpeed, torchtitan)."""
+    """The same workload with FP8 linear layers toggled: the target's default recipe (Megatron's
+    delayed on Hopper, MXFP8 on Blackwell; torchtitan's rowwise); None where the cluster cannot price
+    FP8 or the launch target does not emit it (DeepSpeed)."""
     if training.fp8 is not None:
         return training.model_copy(update={"fp8": None})
-    if framework in MEGATRON_ONLY_REFUSED_BY:
+    if framework == "deepspeed":
         return None
-    recipe = default_fp8_recipe(cluster)
+    recipe = default_fp8_recipe(cluster, framework)
     try:
         check_precision(cluster, training.model_copy(update={"fp8": recipe}))
     except PlannerError:

@@ -385,11 +385,21 @@ def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
                            "(calibration.gemm_efficiency_fp8) or FP8 peak (gpu.peak_fp8_flops); add them to price FP8")
 
 
-def default_fp8_recipe(cluster: ClusterSpec) -> str:
-    """The FP8 recipe 'FP8' means on this GPU when no recipe is named: Megatron's default on Hopper
+def default_fp8_recipe(cluster: ClusterSpec, framework: str | None = None) -> str:
+    """The FP8 recipe 'FP8' means on this GPU when no recipe is named: for torchtitan its float8
+    converter's default, torchao's rowwise (TORCHTITAN_FP8_RECIPES); else Megatron's default on Hopper
     (delayed scaling: TransformerConfig.fp8_recipe), MXFP8 on Blackwell (the only FP8 recipe
     Transformer Engine's Blackwell path and Megatron-Bridge's Blackwell presets use)."""
+    if framework == "torchtitan":
+        return "rowwise"
     return "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
+
+
+TORCHTITAN_FP8_RECIPES = ("rowwise",)
+"""The float8 recipes torchtitan 0.3 runs that the planner prices: Float8LinearConverter.Config's
+recipe_name takes 'rowwise' (its default) or 'rowwise_with_gw_hp' (weight gradients in high
+precision, not priced); torchao's tensor-wise scaling is no longer offered there [torchtitan 0.3
+components/quantization/float8.py: Float8LinearConverter.Config]."""
 
 
 def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
@@ -863,9 +873,13 @@ def build_space(
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")
-    if training.fp8 is not None and framework in MEGATRON_ONLY_REFUSED_BY:
-        raise PlannerError(f"training.fp8: FP8 launch configs are emitted for Megatron only so far; "
-                           f"framework '{framework}' would drop it (use framework='megatron' or 'any')")
+    if training.fp8 is not None and framework == "deepspeed":
+        raise PlannerError("training.fp8: DeepSpeed's launch config runs no FP8 linears; framework 'deepspeed' "
+                           "would drop it (use framework='megatron', 'torchtitan' with fp8='rowwise', or 'any')")
+    if training.fp8 not in (None, *TORCHTITAN_FP8_RECIPES) and framework == "torchtitan":
+        raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as "
+                           f"{' or '.join(repr(r) for r in TORCHTITAN_FP8_RECIPES)}, not '{training.fp8}' (use "
+                           f"fp8='rowwise', or framework='megatron' for Transformer Engine's recipes)")
     if model.megatron_only and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")

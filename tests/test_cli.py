@@ -87,11 +87,14 @@ def test_explain_order():
 
 
 def test_explain_for_a_framework_without_fp8_skips_the_fp8_sensitivity():
-    """explain's FP8 sensitivity re-plans with FP8 linears, which only the Megatron target emits:
-    for torchtitan (or DeepSpeed) it is left out instead of failing the whole explanation."""
-    code, out, err = run(["explain", *SMALL[:-2], "--framework", "torchtitan"])
+    """explain's FP8 sensitivity re-plans with the target's FP8 recipe: DeepSpeed emits none, so it is
+    left out instead of failing the whole explanation; torchtitan prices its own, torchao's rowwise."""
+    code, out, err = run(["explain", *SMALL[:-2], "--framework", "deepspeed"])
     assert code == 0, err
     assert "Chosen" in out and "FP8" not in out
+    code, out, err = run(["explain", *SMALL[:-2], "--framework", "torchtitan"])
+    assert code == 0, err
+    assert "Sensitivity, FP8 (rowwise)" in out
 
 
 def test_infeasible_exit_1_with_explanation():

@@ -4,6 +4,7 @@ the search's precision choice, the launch flags. Numbers worked out by hand from
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_recipes_a_gpu_cannot_run_are_refused(cluster, recipe, match):
         plan(m, planner.load_cluster(cluster), t)
 
 
-def test_fp8_is_megatron_only_in_launch_files():
+def test_fp8_launch_files_are_megatrons_and_torchtitans_rowwise():
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
     lay = Layout(tp=2, pp=1, dp=4, zero_stage=1, sequence_parallel=True)
     p = planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="tensorwise"), lay)
@@ -116,8 +117,22 @@ def test_fp8_is_megatron_only_in_launch_files():
     with pytest.raises(PlannerError, match="FP8"):
         planner.evaluate(m, c, TrainingSpec(**TRAIN, fp8="tensorwise"), lay.model_copy(update={"zero_stage": 3,
                          "overlap_grad_reduce": True})).to_torchtitan()
-    with pytest.raises(PlannerError, match="framework 'torchtitan' would drop it"):
-        plan(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), framework="torchtitan")
+    with pytest.raises(PlannerError, match="torchtitan 0.3 runs torchao's float8 as 'rowwise', not 'tensorwise'"):
+        plan(m, c, TrainingSpec(**TRAIN, fp8="tensorwise"), framework="torchtitan")
+    with pytest.raises(PlannerError, match="not 'torchao-tensorwise'"):  # 0.3 no longer offers tensor-wise scaling
+        plan(m, c, TrainingSpec(**TRAIN, fp8="torchao-tensorwise"), framework="torchtitan")
+    with pytest.raises(PlannerError, match="DeepSpeed's launch config runs no FP8"):
+        plan(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), framework="deepspeed")
+    r = plan(m, c, TrainingSpec(**TRAIN, fp8="rowwise"), framework="torchtitan", top_k=1, structural=False)
+    assert r.status == "optimal" and "planner_job.py" in r.best.to_torchtitan().files
+    with pytest.raises(PlannerError, match="TOML is not written for float8"):
+        from planner.emit.torchtitan import torchtitan_toml
+        torchtitan_toml(r.best)
+    out = io.StringIO()  # --precision fp8 means the target's default recipe: torchtitan's rowwise
+    assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
+                 "--framework", "torchtitan", "--precision", "fp8", "--top-k", "1", "--json"],
+                stdout=out, stderr=io.StringIO()) == 0
+    assert json.loads(out.getvalue())["best"]["fp8"] == "rowwise"
 
 
 def test_precision_choice_is_the_faster_and_proven():

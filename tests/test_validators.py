@@ -246,6 +246,29 @@ def test_torchtitan_accepts_every_topk_plan():
             assert r.details["stage_layers"] == list(p.layout.pipeline_layers or [p.model.num_layers // stages] * stages)
 
 
+@pytest.mark.parametrize("mref, nodes, cons", [("llama3-8b", 2, {}), ("llama3-70b", 8, {"tp": [8], "pp": [1]})])
+def test_torchtitan_runs_float8_on_exactly_the_linears_the_plan_prices(tmp_path, mref, nodes, cons):
+    """An FP8 (torchao rowwise) torchtitan plan: train.sh names the emitted planner_job.py as --module
+    and --config, and torchtitan 0.3's own ConfigManager, building the registry model through its
+    Float8LinearConverter, turns every decoder linear into Float8Linear (torchtitan fuses Q, K, V:
+    wqkv, wo, w1, w2, w3 per layer) and keeps the LM head in BF16 -- the linears the cost model prices
+    in FP8 and the logits GEMM it prices in BF16. No 0.2-style TOML is written for it."""
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+
+    m = planner.load_model(mref)
+    r = plan(m, planner.load_cluster("dgx-h100", nodes=nodes), TrainingSpec(global_batch_size=64, seq_length=4096,
+             fp8="rowwise"), framework="torchtitan", top_k=1, structural=False, **cons)
+    files = r.best.to_torchtitan()
+    assert sorted(files.files) == ["planner_job.py", "train.sh"]
+    assert '--module "${MODULE:-planner_job}" --config "${CONFIG:-planner_job}"' in files.files["train.sh"]
+    files.write(tmp_path)
+    res = check_torchtitan(list(files.args), r.best.num_gpus, module="planner_job", config="planner_job",
+                           folder=str(tmp_path), num_layers=m.num_layers)
+    assert res.ok, res.line()
+    assert res.details["float8_linears"] == 5 * m.num_layers and res.details["high_precision_linears"] == ["lm_head"]
+
+
 def test_torchtitan_rejects_broken_overrides():
     pytest.importorskip("torchtitan")
     from planner.check import check_torchtitan

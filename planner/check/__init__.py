@@ -121,9 +121,11 @@ def check_deepspeed(config: dict | str, world_size: int, *, tp: int = 1, pp: int
 
 
 def check_torchtitan(overrides: list[str], world_size: int, *, module: str = "llama3", config: str = "llama3_8b",
-                     num_layers: int | None = None) -> CheckResult:
+                     num_layers: int | None = None, folder: str | None = None) -> CheckResult:
     """Validate torchtitan 0.3 overrides with its ConfigManager, ParallelDims and its pipeline
-    stage derivation (checked against `num_layers` when the registry model has that depth)."""
+    stage derivation (checked against `num_layers` when the registry model has that depth); with
+    `folder`, the emitted planner_job.py there can be the --module (FP8 plans), and details name the
+    linears it runs in float8 and in high precision."""
     from planner.check._torchtitan import validate
 
-    return validate(overrides, world_size, module=module, config=config, num_layers=num_layers)
+    return validate(overrides, world_size, module=module, config=config, num_layers=num_layers, folder=folder)

@@ -4,16 +4,59 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 
 from planner.check import CheckResult
 
 
+@contextlib.contextmanager
+def _importable(folder: str | None):
+    """`folder` (an emitted launch folder with planner_job.py) first on sys.path, and a freshly
+    imported job module, for the call."""
+    if folder is None:
+        yield
+        return
+    sys.path.insert(0, folder)
+    sys.modules.pop("planner_job", None)
+    try:
+        yield
+    finally:
+        sys.path.remove(folder)
+        sys.modules.pop("planner_job", None)
+
+
+@contextlib.contextmanager
+def _hopper_standin():
+    """Float8LinearConverter refuses a machine without SM 8.9+ when it is built (the config function
+    builds it); the parse runs on a CPU, so its capability check answers as a Hopper GPU would."""
+    import torchtitan.components.quantization.float8 as f8
+
+    real = f8.has_cuda_capability
+    f8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
+    try:
+        yield
+    finally:
+        f8.has_cuda_capability = real
+
+
+def _float8_linears(model_cfg) -> tuple[list[str], list[str]]:
+    """(float8, high-precision) linear FQNs of a parsed model config."""
+    from torchtitan.components.quantization.float8 import Float8Linear
+    from torchtitan.models.common.linear import Linear
+
+    fp8, hp = [], []
+    for fqn, lin, _, _ in model_cfg.traverse(Linear.Config):
+        (fp8 if Float8Linear is not None and isinstance(lin, Float8Linear.Config) else hp).append(fqn)
+    return fp8, hp
+
+
 def validate(overrides: list[str], world_size: int, *, module: str = "llama3", config: str = "llama3_8b",
-             num_layers: int | None = None) -> CheckResult:
+             num_layers: int | None = None, folder: str | None = None) -> CheckResult:
     """ConfigManager.parse_args (tyro parsing + torchtitan's config validation), ParallelDims at
     world_size, and the pipeline torchtitan derives: its stage count (_get_pipeline_metadata) and
     the decoder layers it puts on each stage (_generate_llm_fqn_per_model_part), for a model of
-    num_layers layers (else the registry config's depth)."""
+    num_layers layers (else the registry config's depth). With `folder`, its planner_job.py is
+    importable (an FP8 plan's --module): details list the linears torchtitan converted to float8."""
     from planner.check._cpu_shims import install_shims
 
     install_shims()  # torchtitan imports triton; a stand-in serves for parsing on a CPU
@@ -27,7 +70,8 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             try:
-                cfg = ConfigManager().parse_args(["--module", module, "--config", config, *overrides])
+                with _importable(folder), _hopper_standin():
+                    cfg = ConfigManager().parse_args(["--module", module, "--config", config, *overrides])
             except SystemExit as e:
                 said = [ln.strip(" │╭╮╰╯─") for ln in err.getvalue().splitlines()]
                 said = [ln for ln in said if ln and "helptext" not in ln and not ln.startswith(("Value error", "Parsing error"))]
@@ -57,4 +101,7 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
                "dp_shard": p.data_parallel_shard_degree, "tp": p.tensor_parallel_degree, "pp": p.pipeline_parallel_degree,
                "cp": p.context_parallel_degree, "local_batch_size": cfg.training.local_batch_size,
                "seq_len": cfg.training.seq_len, "virtual_stages": stages, "stage_layers": stage_layers}
+    if cfg.model_spec is not None:
+        fp8, hp = _float8_linears(cfg.model_spec.model)
+        details["float8_linears"], details["high_precision_linears"] = len(fp8), hp
     return CheckResult(True, "done", "", details)

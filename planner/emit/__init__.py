@@ -39,7 +39,7 @@ class LaunchFiles:
 LAUNCH_FILE_NAMES = {
     "megatron": ("megatron_args.json", "sbatch.sh", "train.sh"),
     "deepspeed": ("ds_config.json", "launch.sh"),
-    "torchtitan": ("job.toml", "train.sh"),
+    "torchtitan": ("job.toml", "train.sh", "planner_job.py"),
 }
 """The files each emitter writes (checked against the output folder before any work)."""
 
@@ -87,9 +87,11 @@ def refuse_megatron_only(plan, target: str) -> None:
         raise PlannerError(f"{target}: optimizer CPU offload is priced as Megatron's HybridDeviceOptimizer or "
                            "DeepSpeed's ZeRO-Offload; this config would keep the states on the GPU (emit for "
                            "Megatron or DeepSpeed)")
-    if t.fp8 is not None:
-        raise PlannerError(f"{target}: FP8 ('{t.fp8}') launch configs are not emitted yet; the plan prices FP8 GEMMs "
-                           "this config would not turn on (emit for Megatron, or plan without fp8)")
+    from planner.space import TORCHTITAN_FP8_RECIPES
+
+    if t.fp8 is not None and not (target == "torchtitan" and t.fp8 in TORCHTITAN_FP8_RECIPES):
+        raise PlannerError(f"{target}: FP8 ('{t.fp8}') is not emitted for this target; the plan prices FP8 GEMMs "
+                           "this config would not turn on (emit for Megatron, torchtitan runs fp8='rowwise')")
 
 
 def dump_json(data) -> str:
