@@ -111,6 +111,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("cluster", nargs="?" if defaults else None, default=d.get("cluster"),
                    help="catalog id or YAML" + (f" (default {d['cluster']})" if d else ""))
     p.add_argument("--nodes", type=_positive_int, default=d.get("nodes"), help="number of nodes")
+    p.add_argument("--nvlink-domain", type=_positive_int, default=None, metavar="GPUS",
+                   help="GPUs per NVLink domain the job gets (default the cluster's: 72 on an NVL72 rack; 64 for "
+                   "jobs that take 16 of a rack's 18 trays)")
     p.add_argument("--global-batch-size", type=_positive_int, default=d.get("global_batch_size", 1024),
                    help="sequences per step (default 1024)")
     p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
@@ -307,6 +310,8 @@ def _offload_list(a) -> list[float]:
 def _problem(a):
     model = load_model(a.model)
     overrides = {"memory_overhead": a.memory_overhead} if a.memory_overhead else {}
+    if a.nvlink_domain:
+        overrides["nvlink_domain_size"] = a.nvlink_domain
     cluster = load_cluster(a.cluster, nodes=a.nodes, **overrides)
     precision = _precision(a)
     recipes, states, offloads = _fp8_list(a, cluster), _states_list(a), _offload_list(a)

@@ -105,8 +105,8 @@ class StaticRow:
     shape: int
     zero: int
     lower: int
-    """A lower bound on the update term: the optimizer step of a middle rank holding ceil(L/p) layers
-    (some rank holds at least that many, and the DP term is never negative)."""
+    """A lower bound on the update term: the least optimizer step of any rank holding ceil(L/p) layers
+    (some rank holds at least that many, its step grows with them, and the DP term is never negative)."""
     mem: tuple[tuple[int, int], ...] | None = None
     """Per rank: (KiB per layer, fixed KiB) of weights, gradients, optimizer states."""
     update: tuple[tuple[int, ...], ...] | None = None
@@ -347,7 +347,9 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
                 t.pipe.append(row)
         for z in space.zeros[sh.pp]:
             lay = space.layouts(sh, None, ("none", None), z)
-            lower = us_units(stage_optimizer_time(model, cluster, training, lay, min(1, p - 1), -(-L // p)))
+            # some rank holds ceil(L/p) layers or more, and a rank's step grows with its layers; which
+            # rank is open (the first, with leading dense layers, may step less than a middle one)
+            lower = min(us_units(stage_optimizer_time(model, cluster, training, lay, r, -(-L // p))) for r in _positions(p))
             t.static.append(StaticRow(si, z, lower))
     return t
 

@@ -707,7 +707,9 @@ class ClusterSpec(_Spec):
             raise ValueError(f"nvlink_domain_size: nvlink_domain_size ({d}) and gpus_per_node ({g}) must nest (one divides the other)")
         if d > g and (self.num_nodes * g) % d and self.num_nodes * g > d:
             raise ValueError(
-                f"num_nodes: num_nodes*gpus_per_node ({self.num_nodes * g}) must be a multiple of nvlink_domain_size ({d})"
+                f"num_nodes: num_nodes*gpus_per_node ({self.num_nodes * g}) must be a multiple of nvlink_domain_size ({d}); "
+                f"for a job on part of each NVLink domain give the GPUs it gets of one (nvlink_domain_size, the CLI's "
+                f"--nvlink-domain), e.g. {max(k for k in range(g, d, g) if (self.num_nodes * g) % k == 0)}"
             )
         return self
 

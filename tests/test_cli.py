@@ -295,3 +295,14 @@ def test_evaluate_takes_the_split_each_target_makes(tmp_path):
     # written with the fewest weight that makes it: 126 + 1 + 0 = 127 over 4 is 32, 32, 32, 31, the first less 1
     args = (tmp_path / "4" / "train.sh").read_text()
     assert "pipeline_parallel_first_stage_less_layers 1" in args and "pipeline_parallel_last_stage_less_layers 0" in args
+
+
+def test_a_job_on_part_of_each_nvlink_domain():
+    """256 GB200 GPUs are not a multiple of a 72-GPU rack: the error says how to state the part of a
+    rack the job gets, and --nvlink-domain 64 (16 of its 18 trays) is that cluster."""
+    code, out, err = run(["evaluate", "llama3-8b", "gb200-nvl72", "--nodes", "64", "--tp", "1", "--dp", "256",
+                          "--zero", "1", "--global-batch-size", "256", "--seq-length", "4096"])
+    assert code == 2 and "must be a multiple of nvlink_domain_size (72)" in err and "--nvlink-domain), e.g. 64" in err
+    code, out, err = run(["evaluate", "llama3-8b", "gb200-nvl72", "--nodes", "64", "--nvlink-domain", "64", "--tp", "1",
+                          "--dp", "256", "--zero", "1", "--global-batch-size", "256", "--seq-length", "4096"])
+    assert code == 0, err

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import planner
 from planner.plans import evaluate
-from planner.memory import memory_ledger
+from planner.memory import memory_ledger, stage_layers
 from planner.oracle import enumerate_plans
 from planner.errors import PlannerError
 from planner.search import plan
@@ -473,3 +473,15 @@ def test_cpsat_equals_enumerator_with_optimizer_offload(inst):
     if result.best is not None:
         led = memory_ledger(result.best.model, result.best.cluster, result.best.training, result.best.layout)
         assert led.host and max(led.host) <= cluster.host_memory_per_gpu
+
+
+def test_the_update_bound_holds_when_the_first_rank_holds_the_most_layers():
+    """Regression: CP-SAT's lower bound on the update term took a middle rank holding ceil(L/p) layers.
+    DeepSeek-V3 (3 leading dense layers, 61 layers) on 256 GB200 (64 per NVLink domain) at pp 4 puts
+    16 layers on the first rank, whose optimizer steps fewer parameters than a middle rank's 16 MoE
+    layers would, so the bound was 316 us above the true update and the proven optimum re-evaluated
+    below the solver's objective (checked_plan refused it). The bound is now the least over the ranks."""
+    m, c = planner.load_model("deepseek-v3"), planner.load_cluster("gb200-nvl72", nodes=64, nvlink_domain_size=64)
+    r = plan(m, c, TrainingSpec(global_batch_size=4096, seq_length=4096, fp8="mxfp8"), top_k=1, structural=False,
+             time_limit_s=120)
+    assert r.status == "optimal" and r.best.layout.pp == 4 and stage_layers(m, r.best.layout)[0] == 16
