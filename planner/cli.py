@@ -351,6 +351,10 @@ def _plans_table(title: str, plans, best) -> Table:
     return t
 
 
+OOM_WARNING = 0.5
+"""plan warns when its choice is likelier than this to run out of memory (and --max-oom-risk is unset)."""
+
+
 def _risk(p: float) -> str:
     return "<0.1%" if p < 0.001 else f"{p:.1%}"
 
@@ -415,6 +419,10 @@ def _cmd_plan(a, out: Console) -> int:
         out.print(t)
     for w in r.best.warnings:
         out.print(f"[yellow]warning[/]: {_u(w)}")
+    if r.best.oom_risk > OOM_WARNING and a.max_oom_risk is None:  # the peak sits inside the memory model's error
+        out.print(f"[yellow]warning[/]: the chosen layout runs out of memory with probability {r.best.oom_risk:.0%} "
+                  f"(peak {r.best.peak_memory_bytes / GiB:.1f} of {r.best.memory.capacity / GiB:.1f} GiB); "
+                  "--max-oom-risk 5% keeps only the layouts at most 5 % likely to run out")
     _emit(a, r.best, out)
     return EXIT_OK
 

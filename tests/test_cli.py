@@ -306,3 +306,15 @@ def test_a_job_on_part_of_each_nvlink_domain():
     code, out, err = run(["evaluate", "llama3-8b", "gb200-nvl72", "--nodes", "64", "--nvlink-domain", "64", "--tp", "1",
                           "--dp", "256", "--zero", "1", "--global-batch-size", "256", "--seq-length", "4096"])
     assert code == 0, err
+
+
+def test_plan_warns_when_its_choice_likely_runs_out_of_memory():
+    """A choice whose peak sits inside the memory model's error (torchtitan's eager-kernel intervals,
+    biased up) is likelier than not to run out of memory: plan says so and names --max-oom-risk; with
+    the flag given it keeps quiet (the search honours it)."""
+    args = ["plan", "qwen2.5-72b", "hgx-h200", "--nodes", "4", "--global-batch-size", "256", "--seq-length", "8192",
+            "--framework", "torchtitan", "--precision", "fp8", "--top-k", "1"]
+    code, out, err = run(args)
+    assert code == 0 and "runs out of memory with probability" in out and "--max-oom-risk 5%" in out
+    code, out, err = run(args + ["--max-oom-risk", "5%"])
+    assert code == 0 and "runs out of memory with probability" not in out
