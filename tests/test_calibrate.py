@@ -397,3 +397,27 @@ def test_megatron_log_recompute_modules_become_the_layouts():
     assert layout.recompute_modules == ("core_attn", "mlp")
     with pytest.raises(LogError, match="recompute_modules moe are not priced"):
         megatron_setup({**m.args, "recompute_modules": "['moe', 'core_attn']"}, model, m.source)
+
+
+def test_a_zero_offload_run_is_read_and_priced_offloaded(tmp_path):
+    """DeepSpeedConfig.print's zero_config line (its offload_optimizer device) and grad_accum_dtype, as
+    deepspeed 0.19.8 prints them, make the observation ZeRO-Offload's: the whole partition on the host,
+    FP32 accumulation, DeepSpeed's engine; calibrate runs on it end to end."""
+    text = (LOGS / "deepspeed_gpt.log").read_text().replace("zero_optimization_stage ...... 3",
+                                                            "zero_optimization_stage ...... 2")
+    stamp = "[2026-11-28 12:00:01,222] [INFO] [config.py:1013:print]"
+    extra = (f"{stamp}   grad_accum_dtype ............. fp32\n"
+             f"{stamp}   zero_config .................. stage=2 contiguous_gradients=True reduce_scatter=True "
+             "offload_param=None offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='cpu', nvme_path=None, "
+             "buffer_count=4, pin_memory=True, pipeline_read=False, pipeline_write=False, fast_init=False, ratio=1.0)\n")
+    first = text.index("\n") + 1
+    log = tmp_path / "ds_offload.log"
+    log.write_text(text[:first] + extra + text[first:])
+    m = read_log(log)
+    o = observation(m, planner.load_model("gpt3-13b"), TrainingSpec(global_batch_size=8, seq_length=2048), Layout(tp=1))
+    assert (o.training.optimizer_offload, o.training.grad_dtype, o.training.optimizer_impl) == (1.0, "fp32", "deepspeed")
+    assert o.layout.zero_stage == 2
+    out = io.StringIO()
+    rc = main(["calibrate", "gpt3-13b", "dgx-a100-80g", str(log), "--seq-length", "2048", "--out", str(tmp_path / "c.yaml")],
+              stdout=out, stderr=io.StringIO())
+    assert rc == 0 and "tp1 pp1 dp64 cp1 zero2 mbs2" in out.getvalue()

@@ -485,3 +485,37 @@ def test_the_update_bound_holds_when_the_first_rank_holds_the_most_layers():
     r = plan(m, c, TrainingSpec(global_batch_size=4096, seq_length=4096, fp8="mxfp8"), top_k=1, structural=False,
              time_limit_s=120)
     assert r.status == "optimal" and r.best.layout.pp == 4 and stage_layers(m, r.best.layout)[0] == 16
+
+
+def _compositions(total: int, parts: int, least: int = 1):
+    """Every split of `total` layers over `parts` ranks, each holding at least `least`."""
+    if parts == 1:
+        if total >= least:
+            yield (total,)
+        return
+    for first in range(least, total - least * (parts - 1) + 1):
+        for rest in _compositions(total - first, parts - 1, least):
+            yield (first, *rest)
+
+
+@settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(moe_instances())
+def test_static_rows_bound_the_update_of_every_split(inst):
+    """StaticRow.lower, which CP-SAT's update term may not go below, is at most the slowest rank's
+    update (DP and optimizer, evaluate's update_time) of every split the shape can take -- with and
+    without leading dense layers, whose first rank steps fewer parameters per layer."""
+    from planner.cost import update_time
+    from planner.cpsat import build_rows
+    from planner.space import build_space
+
+    model, cluster, training, framework = inst
+    space = build_space(model, cluster, training, framework=framework, constraints=SMALL)
+    rows = build_rows(model, cluster, training, space)
+    for row in rows.static:
+        sh = space.shapes[row.shape]
+        lay = space.layouts(sh, None, ("none", None), row.zero)
+        splits = list(_compositions(model.num_layers, sh.pp)) if sh.pp > 1 else [None]
+        flat = lay.model_copy(update={"vpp": 1, "overlap_p2p": None})  # a rank's update reads its layers only
+        least = min(update_time(model, cluster, training, flat.model_copy(update={"pipeline_layers": s})).units
+                    for s in splits)
+        assert row.lower <= least, (sh, row.zero, row.lower, least)
