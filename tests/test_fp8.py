@@ -444,3 +444,17 @@ def test_bf16_end_layers_of_an_explicit_split_fall_where_it_puts_them():
     t2 = t.model_copy(update={"bf16_first_layers": 1, "bf16_last_layers": 2})  # BF16: 0 (rank 0), 8, 9 (rank 1)
     assert [bf16_layers_on(m, t2, lay, r) for r in (0, 1)] == [1, 2]
     assert bf16_layers_on(m, t.model_copy(update={"fp8": None}), lay, 0) == 0  # no recipe: no effect
+
+
+def test_a_float8_job_module_for_a_model_outside_torchtitans_registry_says_so():
+    """torchtitan's registry has Llama-3 8B and 70B: for another model planner_job.py builds the 8B
+    stand-in as train.sh's defaults do, and its docstring tells the user to replace it."""
+    from planner.emit.torchtitan import float8_job_module
+
+    t = TrainingSpec(global_batch_size=256, seq_length=8192, fp8="rowwise", optimizer_impl="fsdp2", kernels="unfused")
+    lay = Layout(tp=4, pp=1, dp=8, zero_stage=3, sequence_parallel=True)
+    other = planner.evaluate(planner.load_model("qwen2.5-72b"), planner.load_cluster("hgx-h200", nodes=4), t, lay)
+    assert "qwen2.5-72b has no torchtitan registry config: replace llama3_8b" in float8_job_module(other)
+    own = planner.evaluate(planner.load_model("llama3-70b"), planner.load_cluster("hgx-h200", nodes=4), t, lay)
+    text = float8_job_module(own)
+    assert "no torchtitan registry config" not in text and 'model_registry("70B"' in text
