@@ -723,7 +723,9 @@ def _cmd_check(a, out: Console) -> int:
     else:
         if not a.world_size:
             raise _UsageError("planner check torchtitan: --world-size is needed")
-        job = {"module": "planner_job", "config": "planner_job", "folder": a.job_folder} if a.job_folder else {}
+        from planner.emit.torchtitan import JOB_MODULE
+
+        job = {"module": JOB_MODULE, "config": JOB_MODULE, "folder": a.job_folder} if a.job_folder else {}
         result = check.check_torchtitan(a.config, a.world_size, num_layers=a.num_layers, **job)
     out.print(_clean(result.line()), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_INFEASIBLE

@@ -1105,11 +1105,8 @@ class OffloadTime:
     def chains(self) -> dict[str, float]:
         """The parts that add up within themselves, by what they are: Megatron's three chains, or
         DeepSpeed's three steps."""
-        if self.overlapped:
-            return {"the gradients' copy to the host": self.d2h, "the CPU Adam step": self.cpu,
-                    "the GPU's own step and the copy back": self.gpu + self.h2d}
-        return {"the gradients' copy to the host": self.d2h, "the CPU Adam step": self.cpu,
-                "the copy back": self.h2d}
+        back = "the GPU's own step and the copy back" if self.overlapped else "the copy back"
+        return {"the gradients' copy to the host": self.d2h, "the CPU Adam step": self.cpu, back: self.gpu + self.h2d}
 
     @property
     def total(self) -> float:

@@ -131,16 +131,22 @@ def largest_tensor_params(model: ModelSpec, layout: Layout, stage: int) -> float
     return max(fc1, qkv, vocab)
 
 
+def offload_staging_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int) -> float:
+    """Bytes of each of ZeRO-Offload's two 16-bit gradient staging buffers, one on the GPU and one
+    pinned on the host, the size of the rank's largest parameter (deepspeed_engine [Offload]:
+    temp_grad_buffer_for_gpu_offload, temp_grad_buffer_for_cpu_offload); 0 without DeepSpeed's offload."""
+    if not (uses_deepspeed(training) and training.optimizer_offload):
+        return 0.0
+    return PARAM_BYTES * largest_tensor_params(model, layout, stage)
+
+
 def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
     """Host bytes one GPU's rank of pipeline `stage` pins for its offloaded optimizer share
-    (TrainingSpec.optimizer_offload; 0 without); under DeepSpeed also the pinned 16-bit staging buffer
-    of the largest parameter's gradient (deepspeed_engine [Offload]: temp_grad_buffer_for_cpu_offload)."""
+    (TrainingSpec.optimizer_offload; 0 without), with DeepSpeed's host staging buffer."""
     if not training.optimizer_offload:
         return 0.0
     states = offload_host_bytes(training) * training.optimizer_offload * optimizer_shard_params(model, layout, stage, layers)
-    if uses_deepspeed(training):
-        states += PARAM_BYTES * largest_tensor_params(model, layout, stage)
-    return states
+    return states + offload_staging_bytes(model, training, layout, stage)
 
 
 def static_memory(
@@ -855,10 +861,9 @@ def stage_static_items(
     if per_lp := lp_grad_bytes(training, layout):
         items.append(MemoryItem("bf16_grads", per_lp * sum(sh.params for sh in shards),
                                 "BF16_Optimizer's BF16 gradients, zeroed (not freed) before each micro-batch's backward"))
-    if uses_deepspeed(training) and training.optimizer_offload:  # deepspeed_engine [Offload]
-        items.append(MemoryItem("offload_grad_buffer", PARAM_BYTES * largest_tensor_params(model, layout, stage),
-                                "ZeRO-Offload's 16-bit staging buffer the size of the largest parameter "
-                                "(temp_grad_buffer_for_gpu_offload)"))
+    if staging := offload_staging_bytes(model, training, layout, stage):
+        items.append(MemoryItem("offload_grad_buffer", staging, "ZeRO-Offload's 16-bit staging buffer the size of "
+                                "the largest parameter (temp_grad_buffer_for_gpu_offload)"))
     if uses_deepspeed(training) and (buckets := reduce_bucket_bytes(training, layout)):
         items.append(MemoryItem("zero_buckets", buckets, f"DeepSpeed's contiguous-gradient reduce bucket(s), "
                                 f"{REDUCE_BUCKET_ELEMENTS / 1e6:.0f}M elements each ({wrapper(training, layout)})"))

@@ -577,9 +577,9 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
 
 def _offload_hint(model, cluster, training, framework, constraints, deadline: float) -> str:
     """Where nothing fits on the GPUs and Adam's states are the largest item of the smallest peak,
-    whether the same GPUs fit with the whole optimizer shard on the host (Megatron's optimizer CPU
-    offload, TrainingSpec.optimizer_offload): '' when the cluster has no host spec, the workload
-    cannot offload, the target is not Megatron, or time ran out first."""
+    whether the same GPUs fit with the whole optimizer shard on the host (space.offloaded: Megatron's
+    optimizer CPU offload or DeepSpeed's ZeRO-Offload): '' when the cluster has no host spec, the
+    workload or its target cannot offload, or time ran out first."""
     off = offloaded(cluster, training, framework)
     if off is None or time.perf_counter() >= deadline:
         return ""

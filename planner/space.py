@@ -722,8 +722,8 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
         # only "float32" [torchtitan 0.3 config/configs.py]
         raise PlannerError(f"training.grad_dtype: torchtitan reduces and keeps gradients in FP32 "
                            f"(mixed_precision_reduce float32), not '{training.grad_dtype}'")
-    if update.get("optimizer_impl") == "deepspeed" and training.optimizer_offload:
-        TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})  # ZeRO-Offload's rules (SpecError)
+    if update.get("optimizer_impl") == "deepspeed" and training.optimizer_offload:  # ZeRO-Offload's rules (SpecError)
+        return TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})
     return training.model_copy(update=update) if update else training
 
 

@@ -10,19 +10,19 @@ from planner.check import CheckResult
 
 
 @contextlib.contextmanager
-def _importable(folder: str | None):
-    """`folder` (an emitted launch folder with planner_job.py) first on sys.path, and a freshly
-    imported job module, for the call."""
+def _importable(folder: str | None, module: str):
+    """`folder` (an emitted launch folder with the job module) first on sys.path, and `module`
+    imported afresh from it, for the call."""
     if folder is None:
         yield
         return
     sys.path.insert(0, folder)
-    sys.modules.pop("planner_job", None)
+    sys.modules.pop(module, None)
     try:
         yield
     finally:
         sys.path.remove(folder)
-        sys.modules.pop("planner_job", None)
+        sys.modules.pop(module, None)
 
 
 @contextlib.contextmanager
@@ -70,7 +70,7 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
             try:
-                with _importable(folder), _hopper_standin():
+                with _importable(folder, module), _hopper_standin():
                     cfg = ConfigManager().parse_args(["--module", module, "--config", config, *overrides])
             except SystemExit as e:
                 said = [ln.strip(" │╭╮╰╯─") for ln in err.getvalue().splitlines()]

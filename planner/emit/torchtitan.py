@@ -153,9 +153,8 @@ FLOAT8_SKIPPED = ("lm_head",)
 the model dtype) and as torchtitan's own Llama-3.1-405B float8 preset filters it
 (filter_fqns=["lm_head"], models/llama3/config_registry.py: llama3_405b)."""
 
-_FLAVORS = {"llama3_8b": "8B", "llama3_70b": "70B"}
-_REGISTRY = {"llama3-8b": "llama3_8b", "llama3-70b": "llama3_70b"}
-"""Catalog models with a torchtitan registry config of their own (module llama3)."""
+_REGISTRY = {"llama3-8b": ("llama3_8b", "8B"), "llama3-70b": ("llama3_70b", "70B")}
+"""Catalog models with a torchtitan registry config of their own (module llama3): (config, flavour)."""
 
 
 def float8_job_module(plan: Plan) -> str:
@@ -164,6 +163,7 @@ def float8_job_module(plan: Plan) -> str:
     (train.sh turns on --compile.enable) [torchtitan 0.3 components/quantization/float8.py:
     Float8LinearConverter; models/llama3/__init__.py: model_registry]."""
     module, config = torchtitan_config_name(plan)
+    flavor = dict(_REGISTRY.values())[config]
     stand_in = plan.model.name not in _REGISTRY  # as train.sh's defaults: the user names the real config
     return "\n".join([
         f'"""{script_word(plan.model.name)}: {plan.layout.short()} -- torchtitan\'s {module}.{config} with '
@@ -178,7 +178,7 @@ def float8_job_module(plan: Plan) -> str:
         "",
         f"def {JOB_MODULE}():",
         f"    config = {config}()",
-        f'    config.model_spec = model_registry("{_FLAVORS[config]}", converters=[Float8LinearConverter.Config(',
+        f'    config.model_spec = model_registry("{flavor}", converters=[Float8LinearConverter.Config(',
         f'        recipe_name="{plan.training.fp8}", filter_fqns={list(FLOAT8_SKIPPED)!r}, model_compile_enabled=True)])',
         "    return config",
     ]) + "\n"
@@ -189,7 +189,7 @@ def torchtitan_config_name(plan: Plan) -> tuple[str, str]:
 
     Not llama3_405b: that preset trains in float8 (a BF16 plan would not describe it), so the
     405B model must be given its own config by the user, as any model outside the registry."""
-    return "llama3", _REGISTRY.get(plan.model.name, "llama3_8b")
+    return "llama3", _REGISTRY.get(plan.model.name, _REGISTRY["llama3-8b"])[0]
 
 
 def to_torchtitan(plan: Plan) -> LaunchFiles:
