@@ -37,7 +37,7 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     variants, refused = {}, []
     for combo in itertools.product(*values):  # validated: model_copy(update=...) would skip the cross-field rules
         try:
-            variant = TrainingSpec.model_validate({**training.model_dump(), **dict(zip(names, combo))})
+            variant = TrainingSpec.model_validate({**training.model_dump(exclude_unset=True), **dict(zip(names, combo))})
             framework_training(variant, kw.get("framework"))  # and the target engine's (DeepSpeed's ZeRO-Offload)
             variants[combo] = variant
         except ValidationError as e:

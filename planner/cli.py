@@ -23,6 +23,7 @@ from planner.search import MAX_TIME_LIMIT_S, plan
 from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
                            framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
+from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
 from planner.units import count_text
 
 __all__ = ["main"]
@@ -325,7 +326,10 @@ def _problem(a):
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
-                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
+                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl,
+                            # FSDP2 is torchtitan's engine: its compiled PyTorch kernels come with it
+                            **({"kernels": TORCHTITAN_KERNELS} if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"]
+                               else {}))
     return model, cluster, training
 
 

@@ -53,6 +53,9 @@ from planner.memory import (
 )
 from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement, placement
+from planner.torchtitan_engine import CPU_ACCUMULATE_BYTES, CPU_CLIP_BYTES
+from planner.torchtitan_engine import OFFLOAD_D2H_BYTES as OFFLOAD_D2H_BYTES_FSDP2
+from planner.torchtitan_engine import OFFLOAD_H2D_BYTES as OFFLOAD_H2D_BYTES_FSDP2
 from planner.torchtitan_engine import uses_torchtitan
 
 __all__ = [
@@ -1020,7 +1023,8 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     pairs = [(sh, g) for sh, g in zip(param_shards(model, layout, stage, layers),
                                       param_gather_bytes(model, training, layout, stage, layers))  # 2 B/param, FP8 at 1
              if sh.dp > 1 and sh.params > 0]
-    if not pairs:
+    fsdp2_offload = uses_torchtitan(training) and bool(training.optimizer_offload)  # ZeRO-3, pp 1 (planner.space)
+    if not pairs and not fsdp2_offload:
         return 0.0
     deepspeed = uses_deepspeed(training)
     # DeepSpeed reduces in the model dtype whatever it accumulates in (deepspeed_engine.GRAD_WIRE_BYTES)
@@ -1029,6 +1033,9 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
     units = shard_units(model, layout, stage, layers)
+    if fsdp2_offload and not pairs:  # one shard, so no collective, but the copies (FSDP2 still wraps it)
+        window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
+        return _fsdp2_offload_dp_time(cluster, param_shards(model, layout, stage, layers)[0], units, m, 0.0, window)
     if layout.zero_stage == 3:  # dense models only (planner.space)
         (sh, gather), group = pairs[0], groups[0]
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
@@ -1045,6 +1052,8 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         # the backward gathers again, but torchtitan does not reshard [norm, output] after the forward
         # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder)
         again = ag - out if uses_torchtitan(training) else ag
+        if fsdp2_offload:
+            return _fsdp2_offload_dp_time(cluster, sh, units, m, ag + again + rs, window)
         return m * max(0.0, ag + again + rs - window)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
@@ -1067,6 +1076,23 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                              for (sh, g), grp in zip(pairs, groups)], fwd)
 
 
+def _fsdp2_offload_dp_time(cluster: ClusterSpec, sh, units: ShardUnits, m: int, collectives: float,
+                           window: float) -> float:
+    """stage_dp_time of FSDP2 under CPU offload (torchtitan_engine [Offload]), pp = 1: every unshard
+    first copies its FP32 shards to the GPU (forward, and backward but for [norm, output]), every
+    micro-batch copies its reduced FP32 shard to the host, all on the streams of the collectives they
+    feed, hidden with them by calibration.dp_overlap of the compute (window). The micro-batches after
+    the first copy theirs blocking and add them on the CPU into the host gradient: ASSUMPTION, both
+    exposed (the host thread waits, then runs the add, before it launches more backward)."""
+    link, share = cluster.host.link_bandwidth, host_stream_share(cluster)
+    shard = sh.params / sh.dp
+    h2d = OFFLOAD_H2D_BYTES_FSDP2 * (2 * shard - units.output / sh.dp) / link
+    d2h = OFFLOAD_D2H_BYTES_FSDP2 * shard / link
+    first = max(0.0, collectives + h2d + d2h - window)
+    later = max(0.0, collectives + h2d - window) + d2h + CPU_ACCUMULATE_BYTES * shard / share
+    return first + (m - 1) * later
+
+
 OFFLOAD_LINK_BYTES = 4
 """Host-link bytes per offloaded element, each way: the FP32 main gradient into its pinned FP32 copy
 (device to host), and the updated FP32 copy back into the BF16 parameter, which a non-blocking copy_
@@ -1087,7 +1113,9 @@ ASSUMPTION: no published measurement of torch's CPU AdamW under Megatron; STREAM
 @dataclass(frozen=True)
 class OffloadTime:
     """The offloaded share of one rank's optimizer step, seconds: Megatron's HybridDeviceOptimizer
-    with --overlap-cpu-optimizer-d2h-h2d (overlapped), or DeepSpeed's ZeRO-Offload (in series)."""
+    with --overlap-cpu-optimizer-d2h-h2d (overlapped), DeepSpeed's ZeRO-Offload (in series), or
+    FSDP2's CPU offload (the host's clipping and AdamW only: its copies run every micro-batch and are
+    priced with its collectives, stage_dp_time)."""
 
     gpu: float
     """Transformer Engine's FusedAdam over the share kept on the GPU."""
@@ -1121,6 +1149,12 @@ class OffloadTime:
         return max(self.chains.values()) if self.overlapped else sum(self.chains.values())
 
 
+def host_stream_share(cluster: ClusterSpec) -> float:
+    """Host-memory bandwidth one rank's CPU work gets (bytes/s): the node's at HOST_STREAM_EFFICIENCY,
+    split over its GPUs' ranks. ASSUMPTION: the node's other ranks offload as much at the same time."""
+    return cluster.host.memory_bandwidth * HOST_STREAM_EFFICIENCY / cluster.gpus_per_node
+
+
 def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                        layers: int) -> OffloadTime:
     """The optimizer step of pipeline rank `stage` under TrainingSpec.optimizer_offload (> 0).
@@ -1131,7 +1165,9 @@ def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: Trainin
         raise PlannerError(f"cluster.host: {cluster.name} has no host spec; optimizer_offload needs its CPU memory "
                            "and host links")
     psi, f = optimizer_shard_params(model, layout, stage, layers), training.optimizer_offload
-    share = host.memory_bandwidth * HOST_STREAM_EFFICIENCY / cluster.gpus_per_node
+    share = host_stream_share(cluster)
+    if uses_torchtitan(training):  # FSDP2: the shard lives on the host; its copies are stage_dp_time's
+        return OffloadTime(0.0, 0.0, (CPU_CLIP_BYTES + CPU_ADAM_BYTES) * psi / share, 0.0, overlapped=False)
     if uses_deepspeed(training):  # the whole partition (TrainingSpec: f = 1), DeepSpeedCPUAdam on the host
         return OffloadTime(0.0, DEEPSPEED_D2H_BYTES * psi / host.link_bandwidth, DEEPSPEED_CPU_STEP_BYTES * psi / share,
                            DEEPSPEED_H2D_BYTES * psi / host.link_bandwidth, overlapped=False)

@@ -18,6 +18,7 @@ from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, red
                                       wrapper, zero3_gathered_params)
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
 from planner.torchtitan_engine import uses_torchtitan
 
 __all__ = [
@@ -106,13 +107,19 @@ def optimizer_shard_params(model: ModelSpec, layout: Layout, stage: int, layers:
 
 
 def offload_host_bytes(training: TrainingSpec) -> int:
-    """Host bytes per offloaded element of the optimizer shard: Megatron's OFFLOAD_HOST_BYTES, or
-    DeepSpeed's ZeRO-Offload (planner.deepspeed_engine.OFFLOAD_HOST_BYTES: its pinned 16-bit copy too)."""
+    """Host bytes per offloaded element of the optimizer shard: Megatron's OFFLOAD_HOST_BYTES,
+    DeepSpeed's ZeRO-Offload (planner.deepspeed_engine.OFFLOAD_HOST_BYTES: its pinned 16-bit copy too)
+    or FSDP2's CPU offload (planner.torchtitan_engine.OFFLOAD_HOST_BYTES: the shard's FP32 parameter
+    and gradient with AdamW's m and v)."""
+    if uses_torchtitan(training):
+        return FSDP2_OFFLOAD_HOST_BYTES
     return DEEPSPEED_OFFLOAD_HOST_BYTES if uses_deepspeed(training) else OFFLOAD_HOST_BYTES
 
 
 def offload_host_note(training: TrainingSpec) -> str:
     """What those host bytes are, for messages."""
+    if uses_torchtitan(training):
+        return f"FP32 parameter, gradient, m, v of the FSDP2 shard: {FSDP2_OFFLOAD_HOST_BYTES} B per element"
     if uses_deepspeed(training):
         return (f"FP32 master, gradient, m, v and a 16-bit copy: {DEEPSPEED_OFFLOAD_HOST_BYTES} B per element, and "
                 "a 16-bit staging buffer the size of the largest parameter")
@@ -817,16 +824,19 @@ def stage_static_items(
                                zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
                                param_bytes=master or PARAM_BYTES)
     kept = 1 - training.optimizer_offload  # the rest is pinned on the host (stage_host_bytes)
-    items = [
-        MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
-        MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
-        MemoryItem("optimizer", st.optimizer * kept,
-                   "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
-                   else f"Adam fp32 master + m + v, 12 B/param, on the GPU for {kept:.0%} of the shard"
-                   if training.optimizer_offload
-                   else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
-                   else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
-    ]
+    if fsdp2 and training.optimizer_offload:  # CPUOffloadPolicy: the whole shard on the host
+        items = [MemoryItem(name, 0.0, "on the host (FSDP2 CPU offload)") for name in ("weights", "gradients", "optimizer")]
+    else:
+        items = [
+            MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
+            MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
+            MemoryItem("optimizer", st.optimizer * kept,
+                       "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
+                       else f"Adam fp32 master + m + v, 12 B/param, on the GPU for {kept:.0%} of the shard"
+                       if training.optimizer_offload
+                       else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
+                       else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
+        ]
     # FSDP2 under torchtitan's pipeline keeps every unit of the stage gathered for the whole step --
     # no reshard after forward with PP [torchtitan 0.3 distributed/fsdp.py:
     # get_fsdp_reshard_after_forward_policy], none after a backward but the last [torch 2.13

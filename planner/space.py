@@ -100,8 +100,11 @@ def layout_problems(
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, lay)
     if training.optimizer_offload and lay.zero_stage not in offload_zero_stages(training) and zero_rules:
-        bad.append(f"optimizer_offload needs {_OFFLOAD_OPTIMIZER[uses_deepspeed(training)]}, got zero_stage "
-                   f"{lay.zero_stage}")
+        bad.append(f"optimizer_offload needs {_offload_optimizer(training)}, got zero_stage {lay.zero_stage}")
+    if training.optimizer_offload and uses_torchtitan(training) and pp > 1:
+        # torchtitan's pipeline keeps every unit gathered and its gradients unsharded on the GPU for
+        # the step (memory's fsdp2_pipeline_grads): the per-unshard copies priced are not what it runs
+        bad.append(f"optimizer_offload with FSDP2 is priced without pipeline parallelism, got pp {pp}")
     if uses_deepspeed(training) and zero_rules:
         bad += _deepspeed_problems(training, lay)
     if model.mla is not None:
@@ -404,10 +407,10 @@ components/quantization/float8.py: Float8LinearConverter.Config]."""
 
 def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
     """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload,
-    or DeepSpeed's ZeRO-Offload), where the cluster has a host spec, the workload can offload and the
-    target runs it; else None (already offloaded, BF16 states, FP8 weights gathered outside delayed
-    scaling, DeepSpeed accumulating 16-bit gradients, torchtitan)."""
-    if training.optimizer_offload or cluster.host is None or framework == "torchtitan":
+    DeepSpeed's ZeRO-Offload, or FSDP2's CPU offload under torchtitan), where the cluster has a host
+    spec, the workload can offload and the target runs it; else None (already offloaded, BF16 states,
+    FP8 weights gathered outside delayed scaling, DeepSpeed accumulating 16-bit gradients)."""
+    if training.optimizer_offload or cluster.host is None:
         return None
     try:
         candidate = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
@@ -722,7 +725,7 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
         # only "float32" [torchtitan 0.3 config/configs.py]
         raise PlannerError(f"training.grad_dtype: torchtitan reduces and keeps gradients in FP32 "
                            f"(mixed_precision_reduce float32), not '{training.grad_dtype}'")
-    if update.get("optimizer_impl") == "deepspeed" and training.optimizer_offload:  # ZeRO-Offload's rules (SpecError)
+    if update.get("optimizer_impl") in ("deepspeed", "fsdp2") and training.optimizer_offload:  # their offload rules (SpecError)
         return TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})
     return training.model_copy(update=update) if update else training
 
@@ -758,8 +761,13 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
             "tp_comm_overlap": sp and framework in (None, "any", "megatron", "torchtitan")}
 
 
-_OFFLOAD_OPTIMIZER = {False: "Megatron's distributed optimizer (zero_stage 1)",
-                      True: "DeepSpeed's ZeRO-1/2 optimizer (zero_stage 1 or 2)"}
+def _offload_optimizer(training: TrainingSpec) -> str:
+    """The optimizer whose offload is priced for the training's engine, for messages."""
+    if uses_torchtitan(training):
+        return "FSDP2's fully sharded parameters (zero_stage 3)"
+    if uses_deepspeed(training):
+        return "DeepSpeed's ZeRO-1/2 optimizer (zero_stage 1 or 2)"
+    return "Megatron's distributed optimizer (zero_stage 1)"
 
 
 def offload_zero_stages(training: TrainingSpec) -> tuple[int, ...]:
@@ -767,7 +775,10 @@ def offload_zero_stages(training: TrainingSpec) -> tuple[int, ...]:
     --use-precision-aware-optimizer, which needs the distributed optimizer [Megatron-LM@d98e8a6
     training/arguments.py: validate_args; optimizer/__init__.py: get_megatron_optimizer]; DeepSpeed's
     ZeRO-1/2 optimizer offloads as planner.deepspeed_engine prices it (stage 3's offload is another
-    engine, not priced)."""
+    engine, not priced); FSDP2's CPUOffloadPolicy shards with fully_shard (planner.torchtitan_engine
+    [Offload])."""
+    if uses_torchtitan(training):
+        return (3,)
     return (1, 2) if uses_deepspeed(training) else (1,)
 
 
@@ -782,7 +793,9 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
     torchtitan: FSDP2 (3) or plain replication (0). None: every stage.
     """
     if training is not None and training.optimizer_offload:  # DeepSpeed's pipeline engine: ZeRO-1 only
-        return offload_zero_stages(training) if pp == 1 else (1,)
+        if pp > 1:  # FSDP2's offload: none priced with its pipeline (planner.space layout problems)
+            return () if uses_torchtitan(training) else (1,)
+        return offload_zero_stages(training)
     if framework in (None, "any"):
         return (0, 1, 2, 3)
     if framework == "deepspeed" and training is not None and not zero0_runs(training):
@@ -866,10 +879,6 @@ def build_space(
     constraints = validate_constraints(dict(constraints or {}))
     check_precision(cluster, training)
     check_offload(cluster, training)
-    if training.optimizer_offload and framework == "torchtitan":
-        raise PlannerError("training.optimizer_offload: CPU offload is priced as Megatron's HybridDeviceOptimizer "
-                           "and DeepSpeed's ZeRO-Offload; torchtitan would not run it (use framework='megatron', "
-                           "'deepspeed' or 'any')")
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")

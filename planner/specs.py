@@ -807,8 +807,11 @@ class TrainingSpec(_Spec):
     _get_megatron_optimizer_based_on_param_groups]. With optimizer_impl 'deepspeed', ZeRO-Offload:
     DeepSpeed's ZeRO-1/2 optimizer keeps the whole partition on the host (1 only) and steps it with
     DeepSpeedCPUAdam, with FP32 gradient accumulation (planner.deepspeed_engine: OFFLOAD_HOST_BYTES,
-    the rules below). 0 = off. Megatron's distributed optimizer (ZeRO-1) or DeepSpeed's ZeRO-1/2, FP32
-    Adam states, and a cluster with a host spec."""
+    the rules below). With 'fsdp2', torchtitan's training.enable_cpu_offload: FSDP2 keeps the
+    shard's FP32 parameters, gradients and AdamW states on the host and steps them there
+    (planner.torchtitan_engine [Offload]; 1 only, ZeRO-3 without PP). 0 = off. Megatron's
+    distributed optimizer (ZeRO-1), DeepSpeed's ZeRO-1/2 or FSDP2, FP32 Adam states, and a cluster
+    with a host spec."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
@@ -833,9 +836,10 @@ class TrainingSpec(_Spec):
                 # HybridDeviceOptimizer builds its Adams without exp_avg_dtype: FP32 m and v on both sides
                 raise ValueError("optimizer_offload: Megatron's offloaded optimizer keeps FP32 Adam states; "
                                  f"optimizer_states={self.optimizer_states!r} is not what it runs")
-            if self.optimizer_impl not in (None, "megatron", "deepspeed"):
-                raise ValueError(f"optimizer_offload: priced for Megatron's HybridDeviceOptimizer and DeepSpeed's "
-                                 f"ZeRO-Offload, got optimizer_impl={self.optimizer_impl!r}")
+            if self.optimizer_impl == "fsdp2" and self.optimizer_offload != 1:
+                # CPUOffloadPolicy moves every shard: parameters, gradients and optimizer states
+                raise ValueError(f"optimizer_offload: FSDP2's CPU offload keeps the whole shard on the host (1), "
+                                 f"got {self.optimizer_offload:g}")
             if self.optimizer_impl == "deepspeed" and self.optimizer_offload != 1:
                 # offload_optimizer.ratio is stage 3's: ZeRO-1/2 offload the whole partition
                 raise ValueError(f"optimizer_offload: DeepSpeed's ZeRO-1/2 offload the whole optimizer partition "

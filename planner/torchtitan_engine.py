@@ -29,6 +29,18 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              BF16 gradient cast to the FP32 reduce dtype, unsharded_grad.to(reduce_dtype)) and
              accumulate_unsharded_grad_if_needed (each later one added, unsharded_accumulated_grad +=
              unsharded_param.grad).
+    [Offload] training.enable_cpu_offload (config/configs.py: TrainingConfig; distributed/fsdp.py:
+             apply_fsdp, offload_policy=CPUOffloadPolicy(); trainer.py builds the model on the CPU)
+             and torch's CPUOffloadPolicy (fsdp/_fully_shard/_fsdp_api.py): the sharded FP32
+             parameters and gradients, pinned, and the optimizer states stay on the host;
+             _fsdp_param.py: FSDPParam.all_gather_inputs copies each FP32 shard to the GPU
+             (.to(device, non_blocking=True)) before every unshard's all-gather, forward and backward;
+             _fsdp_collectives.py: foreach_reduce copies each reduced FP32 shard to the host -- non-
+             blocking for the first micro-batch's, blocking when it is added on the CPU into the host
+             gradient a previous micro-batch left (grad._local_tensor += new_sharded_grad). The
+             optimizer (components/optimizer/optimizer.py: implementation 'fused', torch's fused
+             AdamW, which runs on CPU tensors) steps the host shards after
+             trainer.py: train_step clips the host gradients (dist_utils.clip_grad_norm_).
 """
 
 from __future__ import annotations
@@ -39,7 +51,8 @@ from planner.errors import SpecError
 from planner.specs import Layout, TrainingSpec, num_microbatches
 
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
-           "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES"]
+           "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
+           "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -59,6 +72,23 @@ FIRST_CAST_BYTES = 2 + 4
 """HBM bytes per parameter of the first micro-batch's cast of the unsharded BF16 gradient to FP32 [NoSync]."""
 ACCUMULATE_BYTES = 4 + 2 + 4
 """Each later micro-batch's in-place add of the BF16 gradient into the FP32 one: read both, write FP32 [NoSync]."""
+
+
+OFFLOAD_HOST_BYTES = 4 + 4 + 4 + 4
+"""Host bytes per element of a rank's FSDP2 shard under CPU offload: the FP32 parameter, the FP32
+gradient (the reduce dtype), AdamW's exp_avg and exp_avg_sq [Offload]."""
+OFFLOAD_H2D_BYTES = 4
+"""Host-link bytes per shard element of each unshard: the FP32 shard to the GPU, cast to BF16 there [Offload]."""
+OFFLOAD_D2H_BYTES = 4
+"""Host-link bytes per shard element of each micro-batch's reduced FP32 gradient [Offload]."""
+CPU_ACCUMULATE_BYTES = 4 + 4 + 4
+"""Host-memory bytes per shard element of each later micro-batch's gradient added on the CPU: read
+both, write one [Offload]."""
+CPU_CLIP_BYTES = 4 + 4 + 4
+"""Host-memory bytes per shard element of gradient clipping on the host: get_total_norm reads the
+gradient, clip_grads_with_norm_ reads and writes it -- always, by the clamped coefficient, to avoid a
+host-device sync [torchtitan distributed/utils.py: clip_grad_norm_; torch 2.13 nn/utils/clip_grad.py:
+_clip_grads_with_norm_]."""
 
 
 def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:

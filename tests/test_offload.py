@@ -1,11 +1,12 @@
-"""Optimizer CPU offload (TrainingSpec.optimizer_offload), Megatron's and DeepSpeed's: host and GPU
-bytes, the step's host-link and CPU time, host memory as a search constraint, the refusals and the
-launch flags.
+"""Optimizer CPU offload (TrainingSpec.optimizer_offload), Megatron's, DeepSpeed's and FSDP2's: host
+and GPU bytes, the step's host-link and CPU time, host memory as a search constraint, the refusals
+and the launch flags.
 
 Every expected number is worked out here from the cited mechanism (HybridDeviceOptimizer in
 Megatron-LM@d98e8a6 megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py; ZeRO-Offload in
-deepspeed 0.19.8 runtime/zero/stage_1_and_2.py) and the catalog's cited host figures, not read back
-from the code."""
+deepspeed 0.19.8 runtime/zero/stage_1_and_2.py; FSDP2's CPUOffloadPolicy in torch 2.13
+distributed/fsdp/_fully_shard/ as torchtitan 0.3 turns it on) and the catalog's cited host figures,
+not read back from the code."""
 
 import pytest
 
@@ -114,11 +115,9 @@ def test_offload_refusals_name_the_rule():
         planner.evaluate(m, planner.load_cluster("mi300x"), t, Layout(dp=8, zero_stage=1))
     with pytest.raises(PlannerError, match="distributed optimizer"):
         planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=0))
-    with pytest.raises(PlannerError, match="torchtitan would not run it"):
-        plan(m, planner.load_cluster("dgx-h100"), t, framework="torchtitan")
     p = planner.evaluate(m, planner.load_cluster("dgx-h100"), t, Layout(dp=8, zero_stage=1))
-    with pytest.raises(PlannerError, match="HybridDeviceOptimizer"):
-        p.to_torchtitan()
+    with pytest.raises(PlannerError, match="ZeRO-1 does not exist there"):
+        p.to_torchtitan()  # Megatron's offloaded distributed optimizer, not FSDP2's
     with pytest.raises(PlannerError, match="priced with the megatron optimizer engine"):
         p.to_deepspeed()  # Megatron's bytes and times, not ZeRO-Offload's
 
@@ -334,3 +333,109 @@ def test_a_choice_deepspeed_would_not_run_is_refused_by_name():
                               structural=False)
     assert list(results) == [(0.0,)] and r.best is not None
     assert len(r.refused_choices) == 1 and "FP32 gradient accumulation" in r.refused_choices[0]
+
+
+# FSDP2's CPU offload (torchtitan's training.enable_cpu_offload)
+
+def _fsdp2(gbs=16, offload=1.0):
+    return TrainingSpec(global_batch_size=gbs, seq_length=8192, optimizer_impl="fsdp2", kernels="unfused",
+                        optimizer_offload=offload)
+
+
+def test_fsdp2_offload_moves_the_whole_shard_to_the_host_at_16_bytes_per_element():
+    """Llama-3-8B (8,030,261,248 parameters, Meta's model card) fully sharded over 8 GPUs: with
+    CPUOffloadPolicy the GPU keeps none of the shard -- no FP32 weight, gradient or AdamW state -- and
+    the host holds 4 + 4 + 4 + 4 B per element (FP32 parameter, FP32 gradient, exp_avg, exp_avg_sq);
+    the gathered BF16 units and the activations do not move."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(dp=8, zero_stage=3, micro_batch_size=2, recompute="op")
+    base = planner.evaluate(m, c, _fsdp2(offload=0.0), lay)
+    off = planner.evaluate(m, c, _fsdp2(), lay)
+    shard = 8_030_261_248 / 8
+    assert base.memory.stages[0].get("weights") == pytest.approx(4 * shard, rel=1e-9)
+    for item in ("weights", "gradients", "optimizer"):
+        assert off.memory.stages[0].get(item) == 0
+    assert off.memory.host == pytest.approx((16 * shard,), rel=1e-9)
+    assert base.memory.stages[0].total - off.memory.stages[0].total == pytest.approx((4 + 4 + 8) * shard, rel=1e-9)
+
+
+@pytest.mark.parametrize("gbs", [8, 16])
+def test_fsdp2_offload_copies_every_unshard_and_every_gradient_and_steps_on_the_host(gbs):
+    """One shard (tp 8, dp 1: FSDP2 still wraps every unit, so nothing is gathered but every copy is
+    made), calibration.dp_overlap 0 so nothing hides. Each micro-batch copies the FP32 shard to the GPU
+    for the forward and again for the backward, except the [norm, output] unit, which stays gathered
+    (4 B x (2 psi - output)), and the reduced FP32 gradient back (4 B x psi) over the 52 GB/s host link;
+    a second micro-batch adds its gradient on the CPU (read 4 + 4, write 4). The step: clipping on the
+    host (read, then read and write: 12 B) and torch's fused AdamW (28 B), the node's 8 ranks sharing
+    0.6 of its 563.2 GB/s."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    c = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    p = planner.evaluate(m, c, _fsdp2(gbs), Layout(tp=8, dp=1, zero_stage=3, micro_batch_size=8,
+                                                   sequence_parallel=True))
+    psi = 8_030_261_248 / 8  # TP slices; every weight matrix, embedding and output split 8 ways
+    out = 128_256 * 4096 / 8 + 4096  # the output layer's slice, and the final norm (replicated)
+    share = H100["host_bw"] * STREAM / H100["gpus"]
+    copies = 4 * (2 * psi - out) / H100["link"] + 4 * psi / H100["link"]
+    micro = gbs // 8
+    want = copies + (micro - 1) * (copies + 12 * psi / share)
+    assert p.time.dp_exposed == pytest.approx(want, rel=0.01)
+    assert p.time.optimizer == pytest.approx(40 * psi / share, rel=0.01)
+
+
+def test_fsdp2_offload_rules_name_the_field():
+    with pytest.raises(ValueError, match="'optimizer_offload': FSDP2's CPU offload keeps the whole shard"):
+        _fsdp2(offload=0.5)
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    with pytest.raises(PlannerError, match="FSDP2's fully sharded parameters"):
+        planner.evaluate(m, c, _fsdp2(), Layout(dp=8, zero_stage=0))
+    with pytest.raises(PlannerError, match="without pipeline parallelism"):
+        planner.evaluate(m, c, _fsdp2(), Layout(dp=4, pp=2, zero_stage=3))
+
+
+def test_fsdp2_offload_search_and_launch_files(tmp_path):
+    """framework='torchtitan' plans the offload as FSDP2's, fully sharded without PP, and its launch
+    files turn it on (--training.enable_cpu_offload, enable_cpu_offload = true); torchtitan's own
+    config manager accepts the overrides."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    r = plan(m, c, TrainingSpec(global_batch_size=16, seq_length=8192, optimizer_offload=1.0), framework="torchtitan",
+             top_k=3)
+    assert r.best.training.optimizer_impl == "fsdp2"
+    assert all(p.layout.zero_stage == 3 and p.layout.pp == 1 for p in (r.best, *r.alternatives))
+    assert r.best.memory.peak_stage.get("optimizer") == 0
+    files = r.best.to_torchtitan()
+    assert "--training.enable_cpu_offload" in files.args
+    assert "enable_cpu_offload = true" in files.files["job.toml"]
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+    from planner.emit.torchtitan import torchtitan_config_name
+
+    module, config = torchtitan_config_name(r.best)
+    check = check_torchtitan(list(files.args), r.best.num_gpus, module=module, config=config)
+    assert check.ok, check.line()
+
+
+def test_cli_evaluates_fsdp2_with_torchtitans_kernels(capsys):
+    """--optimizer-impl fsdp2 prices torchtitan's compiled PyTorch kernels without a --kernels flag
+    (evaluate has none), offloaded or not."""
+    for extra in ([], ["--optimizer-offload", "1"]):
+        code = cli_main(["evaluate", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16",
+                         "--seq-length", "8192", "--optimizer-impl", "fsdp2", "--tp", "1", "--pp", "1", "--zero", "3",
+                         "--micro-batch-size", "2", "--recompute", "op", "--time-limit", "20"] + extra)
+        assert code == 0, capsys.readouterr()
+    assert "FSDP2 shard: 16 B per element" in capsys.readouterr().out
+
+
+def test_torchtitan_offload_choice_fits_seventy_billion_on_one_node():
+    """A choice search for torchtitan (its engine and kernels set by the framework, not the user) keeps
+    each combination's unset fields unset, so torchtitan's own rules apply to each: Llama-3-70B on one
+    DGX H100 (GBS 64 x 4K) is proven not to fit with the shard on the GPU -- 16 B x 70.6B / 8 = 141 GB
+    a GPU -- and fits with FSDP2's CPU offload."""
+    from planner.choices import plan_choices
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100")
+    r, each = plan_choices(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), {"optimizer_offload": [0.0, 1.0]},
+                           time_limit_s=60, framework="torchtitan")
+    assert each[(0.0,)].status == "infeasible"
+    assert each[(1.0,)].status == "optimal"
+    assert r.best.training.optimizer_offload == 1 and r.best.training.optimizer_impl == "fsdp2"
+    assert r.best.training.kernels == "unfused"

@@ -83,10 +83,10 @@ def refuse_megatron_only(plan, target: str) -> None:
     if t.optimizer_states != "fp32":
         raise PlannerError(f"{target}: BF16 optimizer states (Megatron's precision-aware optimizer) are not emitted; the "
                            "plan prices memory this config would not save (emit for Megatron)")
-    if t.optimizer_offload and target != "DeepSpeed":  # DeepSpeed's emitter writes ZeRO-Offload
-        raise PlannerError(f"{target}: optimizer CPU offload is priced as Megatron's HybridDeviceOptimizer or "
-                           "DeepSpeed's ZeRO-Offload; this config would keep the states on the GPU (emit for "
-                           "Megatron or DeepSpeed)")
+    if t.optimizer_offload and target not in ("DeepSpeed", "torchtitan"):  # they write ZeRO-Offload / FSDP2's
+        raise PlannerError(f"{target}: optimizer CPU offload is priced as Megatron's HybridDeviceOptimizer, "
+                           "DeepSpeed's ZeRO-Offload or FSDP2's CPU offload; this config would keep the states on "
+                           "the GPU (emit for Megatron, DeepSpeed or torchtitan)")
     from planner.space import TORCHTITAN_FP8_RECIPES
 
     if t.fp8 is not None and not (target == "torchtitan" and t.fp8 in TORCHTITAN_FP8_RECIPES):

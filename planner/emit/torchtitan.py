@@ -112,6 +112,8 @@ def torchtitan_overrides(plan: Plan) -> list[str]:
              "--training.seq_len", str(t.seq_length)]
     if lay.pp > 1:  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet"
         args += ["--training.disable_cuda_graphs"]
+    if t.optimizer_offload:  # FSDP2's CPUOffloadPolicy (planner.torchtitan_engine [Offload])
+        args += ["--training.enable_cpu_offload"]
     args += ["--compile.enable"]  # the kernels priced (torchtitan_engine.KERNELS) are the compiled blocks'
     if lay.tp_comm_overlap:
         args += ["--compile.enable_async_tensor_parallel"]
@@ -130,7 +132,8 @@ def torchtitan_toml(plan: Plan) -> str:
         "parallelism": _degrees(plan),
         "training": {"local_batch_size": t.global_batch_size // lay.dp, "global_batch_size": t.global_batch_size,
                      "seq_len": t.seq_length, "mixed_precision_param": "bfloat16"}
-        | ({"disable_cuda_graphs": True} if lay.pp > 1 else {}),
+        | ({"disable_cuda_graphs": True} if lay.pp > 1 else {})
+        | ({"enable_cpu_offload": True} if t.optimizer_offload else {}),
         "activation_checkpoint": {"mode": _ac_mode(plan)},
         "compile": {"enable": True},
     }
