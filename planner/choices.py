@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from planner.errors import PlannerError
 from planner.search import PlanResult, plan
-from planner.space import framework_training
+from planner.space import check_workload, framework_training
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec, format_validation_error
 
 __all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label"]
@@ -38,7 +38,8 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     for combo in itertools.product(*values):  # validated: model_copy(update=...) would skip the cross-field rules
         try:
             variant = TrainingSpec.model_validate({**training.model_dump(exclude_unset=True), **dict(zip(names, combo))})
-            framework_training(variant, kw.get("framework"))  # and the target engine's (DeepSpeed's ZeRO-Offload)
+            # the target engine's rules (DeepSpeed's ZeRO-Offload), and what the cluster and its launch config run
+            check_workload(model, cluster, framework_training(variant, kw.get("framework")), kw.get("framework"))
             variants[combo] = variant
         except ValidationError as e:
             refused.append(f"{combo_label(names, combo)} refused ({format_validation_error(e, 'TrainingSpec')})")

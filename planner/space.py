@@ -861,22 +861,14 @@ def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
     return tuple(out)
 
 
-def build_space(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    *,
-    framework: str | None = None,
-    allow_idle: bool = False,
-    constraints: dict[str, Any] | None = None,
-) -> Space:
-    """Enumerate the legal candidates: the TP group stays inside an NVLink domain (hard), the
-    product and divisibility rules of check_layout hold, and user constraints are respected.
+def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> None:
+    """Refuse a workload the cluster or the target framework would not run as priced (one line,
+    named): the precision and offload the cluster supports, and what each framework's launch config
+    turns on. build_space calls it, and a choice search for each combination (planner.choices).
 
     Raises:
-        PlannerError: an unknown framework or constraint name.
+        PlannerError: the first rule the workload breaks.
     """
-    constraints = validate_constraints(dict(constraints or {}))
     check_precision(cluster, training)
     check_offload(cluster, training)
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
@@ -902,6 +894,25 @@ def build_space(
         field = "optimizer_impl" if runs.optimizer_impl != training.optimizer_impl else "kernels"
         raise PlannerError(f"training.{field}: framework '{framework}' runs its own engine; price it with "
                            f"{field}='{getattr(runs, field)}' (planner.space.framework_training)")
+
+
+def build_space(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    *,
+    framework: str | None = None,
+    allow_idle: bool = False,
+    constraints: dict[str, Any] | None = None,
+) -> Space:
+    """Enumerate the legal candidates: the TP group stays inside an NVLink domain (hard), the
+    product and divisibility rules of check_layout hold, and user constraints are respected.
+
+    Raises:
+        PlannerError: an unknown framework or constraint name.
+    """
+    constraints = validate_constraints(dict(constraints or {}))
+    check_workload(model, cluster, training, framework)
     if "zero_stage" in constraints and not any(_allowed("zero_stage", z, constraints)
                                                for z in zero_stages(framework, 1, training)):
         raise PlannerError(f"constraint zero_stage={_shown(constraints['zero_stage'])} is impossible with framework "

@@ -335,6 +335,22 @@ def test_a_choice_deepspeed_would_not_run_is_refused_by_name():
     assert len(r.refused_choices) == 1 and "FP32 gradient accumulation" in r.refused_choices[0]
 
 
+@pytest.mark.parametrize("framework, cluster, field, values, rule", [
+    ("deepspeed", "dgx-h100", "fp8", [None, "delayed"], "DeepSpeed's launch config runs no FP8 linears"),
+    ("torchtitan", "dgx-h100", "optimizer_states", ["fp32", "bf16"], "precision-aware optimizer"),
+    ("megatron", "dgx-a100-80g", "fp8", [None, "delayed"], "needs compute capability 9.x"),  # A100: no FP8 tensor cores
+])
+def test_a_choice_the_target_or_cluster_would_not_run_is_refused_by_name(framework, cluster, field, values, rule):
+    """A choice one of whose values the framework's launch config or the GPU does not run: the other
+    values are planned and the refused one is named with its rule, instead of the whole call failing."""
+    from planner.choices import plan_choices
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster(cluster)
+    r, results = plan_choices(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), {field: values},
+                              framework=framework, top_k=1, structural=False)
+    assert list(results) == [(values[0],)] and r.best is not None
+    assert len(r.refused_choices) == 1 and rule in r.refused_choices[0]
+
+
 # FSDP2's CPU offload (torchtitan's training.enable_cpu_offload)
 
 def _fsdp2(gbs=16, offload=1.0):
