@@ -86,6 +86,17 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text!r}")
+    return v
+
+
 def _probability(text: str) -> float:
     """'5%' or '0.05' -> 0.05, strictly between 0 and 1."""
     t = text.strip()
@@ -668,6 +679,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32")
     p.add_argument("--kernels", choices=["fused", "unfused"], default=None,
                    help="fused (Megatron/NeMo, the default for their logs) or unfused (eager PyTorch: torchtitan, DeepSpeed)")
+    p.add_argument("--optimizer-offload", type=_fraction, default=0.0,
+                   help="for logs without an argument dump: the optimizer share the run kept on the host "
+                        "(torchtitan's training.enable_cpu_offload: 1)")
     _layout_args(p)
     p.add_argument("--out", default=None, help="calibrated cluster YAML (default CLUSTER-calibrated.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an --out file that planner did not write")
@@ -850,7 +864,7 @@ def _cmd_calibrate(a, out: Console) -> int:
                                       "and the layout flags")
             kernels = a.kernels or ("fused" if m.framework in ("megatron", "nemo") else "unfused")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
-                                    grad_dtype=a.grad_dtype, kernels=kernels,
+                                    grad_dtype=a.grad_dtype, kernels=kernels, optimizer_offload=a.optimizer_offload,
                                     # torchtitan's FSDP2 (DeepSpeed's engine: deepspeed_setup, where ZeRO is on)
                                     optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if m.framework == "torchtitan" else None)
             layout = _layout_from_args(a)
