@@ -160,6 +160,9 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--moe-imbalance", type=_positive_float, default=1.0, metavar="X",
                    help="MoE: routed tokens on the busiest expert rank over the mean (default 1: balanced)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
+    p.add_argument("--document-tokens", type=_positive_int, default=None, metavar="D",
+                   help="attention masked per packed document (torchtitan always does): a token's document length, "
+                        "averaged over tokens (sum d^2 / sum d); default: causal over the whole sequence")
     p.add_argument("--memory-overhead", default=None, help="per-GPU overhead outside the ledger, e.g. '4 GiB'")
 
 
@@ -334,6 +337,7 @@ def _problem(a):
     training = TrainingSpec(global_batch_size=a.global_batch_size, seq_length=a.seq_length, grad_dtype=a.grad_dtype,
                             precision=precision,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
+                            document_tokens=a.document_tokens,
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,

@@ -151,7 +151,7 @@ FLASH_KEY_TILE = 128
 128-wide key blocks for these head widths); a tile the mask touches at all is computed whole."""
 
 
-def computed_score_share(model: ModelSpec, s: int) -> float:
+def computed_score_share(model: ModelSpec, s: int, document_tokens: int | None = None) -> float:
     """Share of the s x s score matrix a flash kernel computes, averaged over the model's layers.
 
     A causal layer computes half. A windowed layer of w keys (itself included) computes, per query,
@@ -159,11 +159,18 @@ def computed_score_share(model: ModelSpec, s: int) -> float:
     the start of the sequence: s k - k^2 / 2 of s^2 (1/2 again when k = s). GPT-OSS at s = 4096:
     w = 128, k = 255, 0.0603 per windowed layer, (0.5 + 0.0603) / 2 = 0.280 over its alternating
     layers. ASSUMPTION: the pattern's mean per layer (a stage holding an odd number of alternating
-    layers is priced half a layer off)."""
+    layers is priced half a layer off).
+
+    Masked per document of d tokens (TrainingSpec.document_tokens): s / d causal blocks of d^2 / 2,
+    d / (2 s) of the matrix; a window within each (k = min(d, w + T - 1)): (d k - k^2 / 2) / (d s).
+    The kernel's tile waste at short lengths is flash_speed_factor's (the length curve at d), as for
+    a window. ASSUMPTION: every document has the token-weighted mean length (the cost of a block is
+    its length squared, so that mean is the one that adds up)."""
+    d = s if document_tokens is None else min(document_tokens, s)
     if not model.windowed_layers:
-        return 0.5
+        return d / (2 * s)
     full = model.num_layers - model.windowed_layers
-    return (full * 0.5 + model.windowed_layers * _windowed_share(model, s)) / model.num_layers
+    return (full * d / (2 * s) + model.windowed_layers * _windowed_share(model, s, d)) / model.num_layers
 
 
 def _window_keys(model: ModelSpec, s: int) -> int:
@@ -171,10 +178,12 @@ def _window_keys(model: ModelSpec, s: int) -> int:
     return min(s, model.sliding_window + FLASH_KEY_TILE - 1)
 
 
-def _windowed_share(model: ModelSpec, s: int) -> float:
-    """Share of a windowed layer's s x s score matrix a flash kernel computes (computed_score_share)."""
-    k = _window_keys(model, s)
-    return (s * k - k * k / 2) / (s * s)
+def _windowed_share(model: ModelSpec, s: int, d: int | None = None) -> float:
+    """Share of a windowed layer's s x s score matrix a flash kernel computes, within documents of
+    d tokens (d = s: one; computed_score_share)."""
+    d = s if d is None else d
+    k = min(d, _window_keys(model, s))
+    return (d * k - k * k / 2) / (d * s)
 
 
 FLASH_CAUSAL_CURVE = ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0), (8192, 333.0), (16384, 335.0))
@@ -198,19 +207,23 @@ def flash_length_factor(keys: float) -> float:
     return float(np.interp(math.log(max(keys, 1.0)), xs, ys)) / ref
 
 
-def flash_speed_factor(model: ModelSpec, s: int, cp: int) -> float:
+def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int | None = None) -> float:
     """flash_length_factor over the model's layers, weighted by the work each computes (a harmonic
     mean, as times add): full causal layers see s / cp queries' worth of keys per CP chunk (the
-    kernel's length), windowed layers min(s, w + FLASH_KEY_TILE - 1) (computed_score_share)."""
+    kernel's length), or a document's d where that is shorter, windowed layers min(s, w +
+    FLASH_KEY_TILE - 1, d) (computed_score_share)."""
+    d = s if document_tokens is None else min(document_tokens, s)
     full_layers = model.num_layers - model.windowed_layers
-    work = [(full_layers * 0.5, flash_length_factor(s / cp))]
+    work = [(full_layers * d / (2 * s), flash_length_factor(min(d, s / cp)))]
     if model.windowed_layers:
-        work.append((model.windowed_layers * _windowed_share(model, s), flash_length_factor(min(_window_keys(model, s), s / cp))))
+        keys = min(_window_keys(model, s), d, s / cp)
+        work.append((model.windowed_layers * _windowed_share(model, s, d), flash_length_factor(keys)))
     total = sum(w for w, _ in work)
     return total / sum(w / f for w, f in work)
 
 
-def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool) -> float:
+def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool,
+                     document_tokens: int | None = None) -> float:
     """Forward FLOPs of QK^T and PV on one GPU: 2 b s_q s_k a (d_qk + d_v) / tp (4 b s s a d when the
     widths are equal), times the share a masked flash kernel computes (computed_score_share: half
     for a causal mask, less with a sliding window).
@@ -222,7 +235,7 @@ def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal:
     """
     dqk, dv = model.core_head_dims
     full = 2 * b * (s / cp) * s * model.num_attention_heads * (dqk + dv) / tp
-    return full * computed_score_share(model, s) if causal else full
+    return full * computed_score_share(model, s, document_tokens) if causal else full
 
 
 def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
@@ -476,9 +489,9 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     gemm_each = [_gemm_time(cluster, [f], fp8, training.kernels) for f in flops]  # dense GQA: QKV, proj, FC1, FC2
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
-    attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash)
+    attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash, document_tokens=training.document_tokens)
     attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
-    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp) if flash
+    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp, training.document_tokens) if flash
                                                  else gemm_efficiency(cluster, attn_flops)))
     if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
         attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)

@@ -11,6 +11,7 @@ from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout, framework_layout
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
+from planner.torchtitan_engine import uses_torchtitan
 from planner.uncertainty import Interval, interval, oom_risk, prediction_error
 
 __all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
@@ -248,4 +249,7 @@ def evaluate(
     m = num_microbatches(training, layout)
     if m < layout.pp:
         warnings.append(f"only {m} micro-batches for pp({layout.pp}): the pipeline never fills")
+    if uses_torchtitan(training) and training.document_tokens is None:
+        warnings.append("torchtitan masks attention per packed document; priced causal over the whole sequence, an "
+                        "upper bound (document_tokens: the documents' length)")
     return replace(plan, warnings=tuple(warnings))

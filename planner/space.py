@@ -887,6 +887,9 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if training.cross_entropy != "fp32" and framework not in (None, "any"):
         raise PlannerError(f"training.cross_entropy: 'fused' (flash-attn's loss) is priced but no launch config turns "
                            f"it on; framework '{framework}' would keep FP32 logits (use framework='any')")
+    if training.document_tokens is not None and framework in ("megatron", "deepspeed"):
+        raise PlannerError(f"training.document_tokens: per-document attention masks are torchtitan's; framework "
+                           f"'{framework}' attends causally over the whole sequence (use framework='torchtitan' or 'any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     runs = framework_training(training, framework)

@@ -818,6 +818,14 @@ class TrainingSpec(_Spec):
     GEMMs, receive buffers and all-to-all set each layer's pace, so all three scale with it."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
+    document_tokens: _count(MAX_SEQ) | None = None
+    """Where attention is masked per packed document, as torchtitan 0.3 always does (block-causal
+    FlexAttention over the documents its dataloader packs: models/common/config_utils.py:
+    get_attention_config), the length of a token's document, averaged over tokens (sum d^2 / sum d
+    over the documents, each cut at seq_length): attention is priced as seq_length / d causal blocks
+    of d tokens (planner.cost.computed_score_share). None: causal over the whole sequence, as
+    Megatron and DeepSpeed attend (an upper bound for torchtitan). Priced, emitted by none: the
+    Megatron and DeepSpeed launch configs refuse it; torchtitan's needs no flag."""
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -853,6 +861,13 @@ class TrainingSpec(_Spec):
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "
                                  f"under the delayed recipe, got fp8={self.fp8!r}")
+        if self.document_tokens is not None:
+            if self.document_tokens > self.seq_length:
+                raise ValueError(f"document_tokens: a document is cut at seq_length ({self.seq_length}), got "
+                                 f"{self.document_tokens}")
+            if self.attention != "flash":
+                raise ValueError("document_tokens: needs attention='flash' (an eager kernel computes the whole score "
+                                 "matrix, masked or not)")
         if self.bf16_first_layers or self.bf16_last_layers:  # no effect without a recipe, as in Megatron
             field = "bf16_first_layers" if self.bf16_first_layers else "bf16_last_layers"
             if self.fp8 not in (None, "tensorwise", "blockwise", "mxfp8", "nvfp4"):

@@ -45,12 +45,16 @@ LAUNCH_FILE_NAMES = {
 
 
 def refuse_unemitted(plan, target: str) -> None:
-    """Refuse what the plan prices and no emitter turns on: flash-attn's fused cross-entropy."""
+    """Refuse what the plan prices and the target's config does not turn on: flash-attn's fused
+    cross-entropy (no emitter), per-document attention masks (torchtitan's only)."""
     from planner.errors import PlannerError
 
     if plan.training.cross_entropy != "fp32":
         raise PlannerError(f"{target}: training.cross_entropy 'fused' (flash-attn's loss, llm-foundry's) is priced but "
                            "not emitted; this config would keep FP32 logits the plan does not count")
+    if plan.training.document_tokens is not None and target != "torchtitan":  # torchtitan masks per document always
+        raise PlannerError(f"{target}: training.document_tokens prices attention masked per document; this config "
+                           "attends causally over the whole sequence (emit for torchtitan, or drop document_tokens)")
 
 
 def refuse_other_engine(plan, target: str) -> None:
