@@ -24,6 +24,7 @@ from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RAN
                            framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
+from planner.torchtitan_engine import LOSS_CHUNKS as TORCHTITAN_LOSS_CHUNKS
 from planner.units import count_text
 
 __all__ = ["main"]
@@ -342,9 +343,9 @@ def _problem(a):
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
                             moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl,
-                            # FSDP2 is torchtitan's engine: its compiled PyTorch kernels come with it
-                            **({"kernels": TORCHTITAN_KERNELS} if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"]
-                               else {}))
+                            # FSDP2 is torchtitan's engine: its compiled PyTorch kernels and chunked loss come with it
+                            **({"kernels": TORCHTITAN_KERNELS, "loss_chunks": TORCHTITAN_LOSS_CHUNKS}
+                               if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"] else {}))
     return model, cluster, training
 
 
@@ -686,6 +687,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer-offload", type=_fraction, default=0.0,
                    help="for logs without an argument dump: the optimizer share the run kept on the host "
                         "(torchtitan's training.enable_cpu_offload: 1)")
+    p.add_argument("--loss-chunks", type=_positive_int, default=None,
+                   help="torchtitan logs: the chunks its loss ran in (default 8, torchtitan 0.3's ChunkedLossWrapper; "
+                        "1 for a torchtitan without it)")
     _layout_args(p)
     p.add_argument("--out", default=None, help="calibrated cluster YAML (default CLUSTER-calibrated.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an --out file that planner did not write")
@@ -867,8 +871,12 @@ def _cmd_calibrate(a, out: Console) -> int:
                     raise _UsageError(f"{flag}: {m.source} has no argument dump ({m.framework}); give {flag} "
                                       "and the layout flags")
             kernels = a.kernels or ("fused" if m.framework in ("megatron", "nemo") else "unfused")
+            titan = m.framework == "torchtitan"
+            if a.loss_chunks is not None and not titan:
+                raise _UsageError(f"--loss-chunks: {m.source} is a {m.framework} log; a chunked loss is torchtitan's")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
                                     grad_dtype=a.grad_dtype, kernels=kernels, optimizer_offload=a.optimizer_offload,
+                                    loss_chunks=(a.loss_chunks or TORCHTITAN_LOSS_CHUNKS) if titan else 1,
                                     # torchtitan's FSDP2 (DeepSpeed's engine: deepspeed_setup, where ZeRO is on)
                                     optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if m.framework == "torchtitan" else None)
             layout = _layout_from_args(a)

@@ -801,8 +801,13 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     lt = _layer_time(model, cluster, training, layout)
     b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
     tokens = b * s / cp
-    # logits GEMM forward + 2x backward on the last stage; the loss is negligible beside it
-    logits = 3 * _gemm_time(cluster, [2 * tokens * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
+    # logits GEMM forward + 2x backward on the last stage (in loss_chunks GEMMs of a chunk's tokens);
+    # the loss is negligible beside it
+    n = training.loss_chunks
+    logits = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
+    if stage == p - 1 and n > 1:  # every chunk after the first adds its output-layer gradient into the FP32 one
+        out = model.vocab_size * model.hidden_size / tp  # (torchtitan_engine [Loss], [NoSync])
+        logits += (n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
     send = 0.0
     if p > 1:  # one activation send forward and one gradient send backward per chunk [Narayanan21 §4.1]
         act = 2 * tokens * model.hidden_size / (tp if layout.sequence_parallel else 1)

@@ -860,6 +860,10 @@ def stage_static_items(
         items.append(MemoryItem("zero3_gather", gathered * per, what))
     if out and pipelined:
         items.append(MemoryItem("fsdp2_output_layer", out * PARAM_BYTES, "the output layer gathered for the step"))
+    elif out and training.loss_chunks > 1:  # torchtitan_engine [Loss]: no gradient sync before the last chunk
+        items.append(MemoryItem("fsdp2_output_layer", out * (2 * PARAM_BYTES + FSDP2_ACCUMULATED_GRAD_BYTES),
+                                f"the output layer gathered, its gradient accumulated unsharded in FP32 over the "
+                                f"{training.loss_chunks} loss chunks and a chunk's bf16 gradient"))
     elif out:
         items.append(MemoryItem("fsdp2_output_layer", 2 * out * PARAM_BYTES, "the output layer gathered (its FSDP "
                                 "unit is not resharded after forward) and its unsharded bf16 gradient, at the start "
@@ -1058,6 +1062,13 @@ def stage_activation_items(
             # save_for_backward(logits, lse, labels); backward: dlogits = torch.empty_like(logits)]
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + (2 + 2) * s_loc * b * V / t + 12 * s_loc * b,
                                     "output layer input, bf16 logits and their gradient (fused loss)"))
+        elif training.loss_chunks > 1:  # torchtitan's ChunkedLossWrapper (torchtitan_engine [Loss])
+            n = training.loss_chunks
+            whole = (2 / sp_div + 2 + (2 if b > 1 else 0) + 4) * s_loc * b * h  # norm input, output, chunk copies, FP32 grad
+            chunk = (4 + LOSS_TRANSIENT_SBV) * s_loc * b * V / (t * n)
+            items.append(MemoryItem("logits", whole + chunk, f"final norm input, the decoder's output (its chunks copied "
+                                    f"unless the batch is 1) and its FP32 gradient, one of {n} chunks' fp32 logits and "
+                                    "loss transient"))
         else:
             saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
             items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,

@@ -15,6 +15,7 @@ from planner.memory import stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, uses_torchtitan
 from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
+from planner.torchtitan_engine import LOSS_CHUNKS as TORCHTITAN_LOSS_CHUNKS
 from planner.torchtitan_engine import stage_split as torchtitan_stage_split
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
@@ -76,6 +77,8 @@ def layout_problems(
     s = training.seq_length
     if cp > 1 and s % (2 * cp):
         bad.append(f"seq_length({s}) % (2*cp({cp})) = {s % (2 * cp)} != 0")
+    if (s // cp) % training.loss_chunks:  # ChunkedLossWrapper splits each rank's local sequence
+        bad.append(f"seq_length({s}) / cp({cp}) does not divide into loss_chunks({training.loss_chunks})")
     if cp > 1 and training.attention != "flash":
         bad.append(f"cp({cp}) > 1 needs attention='flash'")
     if lay.sequence_parallel:
@@ -725,8 +728,13 @@ def framework_training(training: TrainingSpec, framework: str | None) -> Trainin
         # only "float32" [torchtitan 0.3 config/configs.py]
         raise PlannerError(f"training.grad_dtype: torchtitan reduces and keeps gradients in FP32 "
                            f"(mixed_precision_reduce float32), not '{training.grad_dtype}'")
-    if update.get("optimizer_impl") in ("deepspeed", "fsdp2") and training.optimizer_offload:  # their offload rules (SpecError)
-        return TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})
+    if framework == "torchtitan" and training.loss_chunks != TORCHTITAN_LOSS_CHUNKS:
+        if "loss_chunks" in training.model_fields_set:
+            raise PlannerError(f"training.loss_chunks: torchtitan's registry configs run the loss in "
+                               f"{TORCHTITAN_LOSS_CHUNKS} chunks (ChunkedLossWrapper), not {training.loss_chunks}")
+        update["loss_chunks"] = TORCHTITAN_LOSS_CHUNKS
+    if (update.get("optimizer_impl") in ("deepspeed", "fsdp2") and training.optimizer_offload) or "loss_chunks" in update:
+        return TrainingSpec(**{**training.model_dump(exclude_unset=True), **update})  # their rules (SpecError)
     return training.model_copy(update=update) if update else training
 
 
@@ -892,9 +900,13 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                            f"'{framework}' attends causally over the whole sequence (use framework='torchtitan' or 'any')")
     if framework is not None and framework not in FRAMEWORKS:
         raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    if training.loss_chunks > 1 and framework in ("megatron", "deepspeed"):
+        raise PlannerError(f"training.loss_chunks: a chunked loss is torchtitan's (ChunkedLossWrapper); framework "
+                           f"'{framework}' computes the logits of the whole sequence at once (use framework='torchtitan' "
+                           "or 'any')")
     runs = framework_training(training, framework)
     if runs != training:
-        field = "optimizer_impl" if runs.optimizer_impl != training.optimizer_impl else "kernels"
+        field = next(f for f in ("optimizer_impl", "kernels", "loss_chunks") if getattr(runs, f) != getattr(training, f))
         raise PlannerError(f"training.{field}: framework '{framework}' runs its own engine; price it with "
                            f"{field}='{getattr(runs, field)}' (planner.space.framework_training)")
 

@@ -818,6 +818,11 @@ class TrainingSpec(_Spec):
     GEMMs, receive buffers and all-to-all set each layer's pace, so all three scale with it."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
+    loss_chunks: _count(64) = 1
+    """Sequence chunks the output layer and the loss run in, one after the other, each chunk's
+    logits freed by its own backward: torchtitan 0.3's ChunkedLossWrapper, 8 in its registry configs
+    (planner.torchtitan_engine [Loss]; framework='torchtitan' sets it). 1 = the whole sequence at
+    once, as Megatron, DeepSpeed and older torchtitan compute it."""
     document_tokens: _count(MAX_SEQ) | None = None
     """Where attention is masked per packed document, as torchtitan 0.3 always does (block-causal
     FlexAttention over the documents its dataloader packs: models/common/config_utils.py:
@@ -861,6 +866,8 @@ class TrainingSpec(_Spec):
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "
                                  f"under the delayed recipe, got fp8={self.fp8!r}")
+        if self.seq_length % self.loss_chunks:
+            raise ValueError(f"loss_chunks: seq_length ({self.seq_length}) must divide into {self.loss_chunks} chunks")
         if self.document_tokens is not None:
             if self.document_tokens > self.seq_length:
                 raise ValueError(f"document_tokens: a document is cut at seq_length ({self.seq_length}), got "

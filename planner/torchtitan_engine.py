@@ -41,6 +41,15 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              optimizer (components/optimizer/optimizer.py: implementation 'fused', torch's fused
              AdamW, which runs on CPU tensors) steps the host shards after
              trainer.py: train_step clips the host gradients (dist_utils.clip_grad_norm_).
+    [Loss]   components/loss.py: ChunkedLossWrapper (the registry configs' loss,
+             models/llama3/config_registry.py: llama3_8b, llama3_70b; num_chunks 8): the decoder
+             stops before the output layer; its output (replicated over TP) is split along the
+             sequence into detached chunks -- contiguous copies, unless the batch is 1 -- and each
+             chunk runs the output layer, the loss and their backward in turn, its gradient written
+             into an FP32 accumulator of the whole output (GradAccumulator, dtype float32) that the
+             decoder's backward then takes; the output layer stays gathered and syncs its gradient
+             at the last chunk only (set_requires_gradient_sync(False) before), so it accumulates
+             unsharded in the FP32 reduce dtype across the chunks [NoSync].
 """
 
 from __future__ import annotations
@@ -52,7 +61,8 @@ from planner.specs import Layout, TrainingSpec, num_microbatches
 
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
            "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
-           "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES"]
+           "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
+           "LOSS_CHUNKS"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -73,6 +83,9 @@ FIRST_CAST_BYTES = 2 + 4
 ACCUMULATE_BYTES = 4 + 2 + 4
 """Each later micro-batch's in-place add of the BF16 gradient into the FP32 one: read both, write FP32 [NoSync]."""
 
+
+LOSS_CHUNKS = 8
+"""The sequence chunks torchtitan 0.3's registry configs run the output layer and loss in [Loss]."""
 
 OFFLOAD_HOST_BYTES = 4 + 4 + 4 + 4
 """Host bytes per element of a rank's FSDP2 shard under CPU offload: the FP32 parameter, the FP32

@@ -217,8 +217,7 @@ def test_cli_calibrate_without_argument_dump_needs_the_workload(tmp_path):
 
 def test_cli_calibrate_prices_a_torchtitan_run_with_its_cpu_offload(tmp_path):
     """A torchtitan log carries no argument dump, so --optimizer-offload 1 says the run offloaded
-    (training.enable_cpu_offload): the catalog prices the host copies and step, longer, and the GPU
-    without the 16 B per element of its shard -- Llama-3-8B over 16 GPUs, 8,030,261,248 / 16 x 16 B."""
+    (training.enable_cpu_offload): the catalog prices the host copies and step, longer."""
     runs = {}
     for off in ("0", "1"):
         rc = main(["calibrate", MODEL, "dgx-h100", str(LOGS / "torchtitan_llama3_8b.log"), "--out",
@@ -227,8 +226,6 @@ def test_cli_calibrate_prices_a_torchtitan_run_with_its_cpu_offload(tmp_path):
         assert rc == 0
         runs[off] = json.loads(out.getvalue())["runs"][0]
     assert runs["1"]["catalog_s"] > runs["0"]["catalog_s"]
-    saved = runs["0"]["calibrated_peak_bytes"] - runs["1"]["calibrated_peak_bytes"]
-    assert saved == pytest.approx(16 * 8_030_261_248 / 16, rel=0.01)
     err = io.StringIO()
     assert main(["calibrate", MODEL, "dgx-h100", str(LOGS / "torchtitan_llama3_8b.log"), "--optimizer-offload", "2"],
                 stdout=io.StringIO(), stderr=err) == 2 and "--optimizer-offload" in err.getvalue()

@@ -375,16 +375,17 @@ def test_split_without_a_layers_per_stage_value_launches_on_the_schedules_defaul
 def test_torchtitan_replication_keeps_fsdp2s_bytes():
     """Replicated (ZeRO-0) on torchtitan is FSDP2 over a replicate x 1 mesh: the FP32 weight is Adam's
     master (4 B), the FP32 gradient (4 B), m and v (8 B) -- 16 B per parameter, not Megatron's
-    2 + 4 + 12 -- plus the bf16 copies of the two blocks in use and the output layer's unit with its
-    bf16 gradient, as under ZeRO-3 with a shard of one; and the gradients are FP32 (torchtitan's
-    mixed_precision_reduce takes only float32)."""
+    2 + 4 + 12 -- plus the bf16 copies of the two blocks in use and the output layer's unit, as under
+    ZeRO-3 with a shard of one: gathered in bf16 (2 B), its gradient accumulated unsharded in FP32 over
+    the 8 loss chunks of ChunkedLossWrapper (4 B) and a chunk's bf16 gradient (2 B); and the gradients
+    are FP32 (torchtitan's mixed_precision_reduce takes only float32)."""
     m = planner.load_model("llama3-8b")
     c = planner.load_cluster("dgx-h100", nodes=1)
     psi, V, h = m.num_params, 128256, 4096
     st = planner.evaluate(m, c, _titan(), Layout(dp=8, zero_stage=0, micro_batch_size=1,
                                                  overlap_grad_reduce=True)).memory.stages[0]
     assert (st.get("weights"), st.get("gradients"), st.get("optimizer")) == pytest.approx((4 * psi, 4 * psi, 8 * psi))
-    assert st.get("zero3_gather") == 2 * 2 * 218_112_000 and st.get("fsdp2_output_layer") == 2 * V * h * 2
+    assert st.get("zero3_gather") == 2 * 2 * 218_112_000 and st.get("fsdp2_output_layer") == (2 + 4 + 2) * V * h
     megatron = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096),
                                 Layout(dp=8, zero_stage=0, micro_batch_size=1)).memory.stages[0]
     assert megatron.get("weights") + megatron.get("optimizer") == pytest.approx(14 * psi)
@@ -410,3 +411,68 @@ def test_check_torchtitan_prints_the_layers_its_pipeline_places():
                  "--training.disable_cuda_graphs"], stdout=out, stderr=err)
     assert code == 0, err.getvalue()
     assert "stage_layers=[7, 8, 8, 7]" in out.getvalue() and "virtual_stages=4" in out.getvalue()
+
+
+# ChunkedLossWrapper (torchtitan 0.3's registry configs: the loss in 8 sequence chunks)
+
+def _chunked_plan(b: int, chunks: int = 8):
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192, optimizer_impl="fsdp2", kernels="unfused",
+                     loss_chunks=chunks)
+    return planner.evaluate(m, c, t, Layout(dp=8, zero_stage=3, micro_batch_size=b, recompute="op"))
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_chunked_loss_holds_one_chunks_logits(b):
+    """Llama-3-8B (h 4096, V 128,256) at s = 8192: the decoder's output is held whole -- the final
+    norm's input (2 B), the output itself (2 B), its chunks' contiguous copies where the batch is not
+    1 (2 B) and the FP32 gradient they accumulate into (4 B) per token and hidden unit -- but the
+    logits of one chunk of 1,024 tokens only, at Megatron's 10 B per logit (fp32 logits, the loss's
+    working copy). The output layer stays gathered (2 B) with its gradient accumulated unsharded in
+    FP32 across the chunks (4 B) and a chunk's bf16 gradient (2 B)."""
+    st = _chunked_plan(b).memory.stages[0]
+    tokens, h, V = b * 8192, 4096, 128_256
+    whole = (2 + 2 + (2 if b > 1 else 0) + 4) * tokens * h
+    assert st.get("logits") == pytest.approx(whole + 10 * tokens * V / 8, rel=1e-12)
+    assert st.get("fsdp2_output_layer") == (2 + 4 + 2) * V * h
+    unchunked = _chunked_plan(b, chunks=1).memory.stages[0]
+    assert unchunked.get("logits") == pytest.approx(4 * tokens * h + 10 * tokens * V, rel=1e-12)
+
+
+def test_chunked_loss_runs_its_gemms_small_and_accumulates_the_output_gradient():
+    """The logits GEMM (2 x 8192 x 4096 x 128,256 = 8.61 TFLOP at b = 1) runs as 8 GEMMs of 1.08
+    TFLOP, forward and twice backward: on the catalog's H100 curve (log-interpolated between its
+    points 137 / 1100 / 8796 GFLOP at 0.70 / 0.75 / 0.80 of peak) 0.7995 for the whole GEMM and 0.7496
+    for a chunk's; and 7 of the 8 chunks add their output-layer gradient into the FP32 one (read
+    4 + 2, write 4 B per weight) at 0.89 of 3.35 TB/s."""
+    f, peak = 2 * 8192 * 4096 * 128_256, 989e12
+    eff_whole = 0.75 + 0.05 * math.log(f / 1e9 / 1100) / math.log(8796 / 1100)
+    eff_chunk = 0.70 + 0.05 * math.log(f / 8 / 1e9 / 137) / math.log(1100 / 137)
+    gemm = 3 * (f / (peak * eff_chunk) - f / (peak * eff_whole))
+    add = 7 * 10 * 128_256 * 4096 / (3.35e12 * 0.89)
+    chunked, whole = _chunked_plan(1), _chunked_plan(1, chunks=1)
+    per_mb = chunked.time.pipeline.slowest.compute - whole.time.pipeline.slowest.compute
+    assert per_mb == pytest.approx(gemm + add, rel=1e-3)
+
+
+def test_torchtitan_runs_the_loss_in_its_registry_chunks():
+    t = _titan()
+    assert t.loss_chunks == 8
+    with pytest.raises(PlannerError, match="torchtitan's registry configs run the loss in 8 chunks"):
+        framework_training(TrainingSpec(global_batch_size=64, seq_length=4096, loss_chunks=4), "torchtitan")
+    with pytest.raises(ValueError, match="must divide into 8 chunks"):
+        TrainingSpec(global_batch_size=64, seq_length=4100, loss_chunks=8)
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    with pytest.raises(InvalidLayout, match=r"seq_length\(4104\) / cp\(2\) does not divide into loss_chunks\(8\)"):
+        planner.evaluate(m, c, framework_training(TrainingSpec(global_batch_size=64, seq_length=4104), "torchtitan"),
+                         Layout(dp=4, cp=2, zero_stage=3))
+    with pytest.raises(PlannerError, match="a chunked loss is torchtitan's"):
+        plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, loss_chunks=8), framework="megatron")
+    p = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, loss_chunks=8),
+                         Layout(dp=8, zero_stage=1))
+    with pytest.raises(PlannerError, match="Megatron: training.loss_chunks prices torchtitan's chunked loss"):
+        p.to_megatron()
+    one = planner.evaluate(m, c, framework_training(TrainingSpec(global_batch_size=64, seq_length=4096), "torchtitan")
+                           .model_copy(update={"loss_chunks": 1}), Layout(dp=8, zero_stage=3))
+    with pytest.raises(PlannerError, match="torchtitan: the plan prices the loss in 1 chunk"):
+        one.to_torchtitan()

@@ -70,6 +70,9 @@ def refuse_other_engine(plan, target: str) -> None:
     if priced != runs:
         raise PlannerError(f"{target}: the plan is priced with the {priced} optimizer engine (training.optimizer_impl), "
                            f"not the {runs} one this config runs; plan with framework='{target.lower()}'")
+    if plan.training.loss_chunks > 1 and target != "torchtitan":
+        raise PlannerError(f"{target}: training.loss_chunks prices torchtitan's chunked loss; this config computes the "
+                           "logits of the whole sequence at once (emit for torchtitan)")
 
 
 def refuse_megatron_only(plan, target: str) -> None:

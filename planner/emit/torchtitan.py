@@ -13,7 +13,7 @@ from planner.emit import LaunchFiles, refuse_megatron_only, refuse_other_engine,
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Recompute
-from planner.torchtitan_engine import KERNELS, end_weights, layers_per_stage
+from planner.torchtitan_engine import KERNELS, LOSS_CHUNKS, end_weights, layers_per_stage
 
 __all__ = ["torchtitan_overrides", "torchtitan_toml", "to_torchtitan", "torchtitan_config_name", "float8_job_module",
            "JOB_MODULE", "TORCHTITAN_VERSION"]
@@ -56,6 +56,9 @@ def _check(plan: Plan) -> None:
     if plan.training.grad_dtype != "fp32":
         raise PlannerError(f"torchtitan: the plan is priced with {plan.training.grad_dtype} gradients; torchtitan "
                            "reduces and keeps them in FP32 (mixed_precision_reduce float32)")
+    if plan.training.loss_chunks != LOSS_CHUNKS:
+        raise PlannerError(f"torchtitan: the plan prices the loss in {plan.training.loss_chunks} chunk(s); its registry "
+                           f"configs run {LOSS_CHUNKS} (ChunkedLossWrapper); plan with framework='torchtitan'")
 
 
 def _virtual(plan: Plan) -> tuple[int, ...]:
