@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import model_flops_per_token, stage_offload_time
+from planner.cost import computed_score_share, model_flops_per_token, stage_offload_time
 from planner.errors import PlannerError
 from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
 from planner.plans import evaluate
@@ -170,7 +170,10 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     attn_share = core / (model_flops_per_token(model, s) / 3 - core)
     lines.append(f"Sequence length {s}: one layer's activations are {act / GiB:.2f} GiB per micro-batch per GPU "
                  f"({half / GiB:.2f} GiB at half the length); attention is {attn_share / (1 + attn_share):.0%} of a layer's "
-                 f"model FLOPs" + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))
+                 f"model FLOPs"
+                 + (f", of whose score matrix the kernel computes {computed_score_share(model, s, training.document_tokens):.1%}"
+                    f" (masked per document of {training.document_tokens} tokens)" if training.document_tokens else "")
+                 + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))
     head = b.memory_margin_units * 2**20 / b.memory.capacity
     binding = (f"memory binds: {head:.1%} headroom on stage {b.memory.peak_stage.stage} "
                f"(largest item: {b.memory.peak_stage.dominant.name})") if head < 0.05 else \

@@ -86,3 +86,19 @@ def test_torchtitan_plans_with_documents_and_emits_them_unchanged():
     assert docs.best.step_time_s < whole.best.step_time_s
     same = planner.evaluate(m, c, whole.best.training, docs.best.layout)
     assert docs.best.to_torchtitan().args == same.to_torchtitan().args
+
+
+def test_cli_plans_explains_and_warns_about_documents(capsys):
+    """--document-tokens reaches the search and explain (2048 of 8192 tokens: 2048 / 16384 = 12.5 % of
+    the score matrix); a torchtitan plan without it says it is priced causal over the whole sequence."""
+    from planner.cli import main
+
+    args = ["llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "8192",
+            "--framework", "torchtitan", "--time-limit", "30"]
+    assert main(["explain", *args, "--document-tokens", "2048"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "computes 12.5% (masked per document of 2048 tokens)" in out
+    assert main(["plan", *args, "--top-k", "1"]) == 0
+    assert "priced causal over the whole sequence" in " ".join(capsys.readouterr().out.split())
+    assert main(["plan", *args[:-4], "--document-tokens", "2048"]) == 2  # Megatron, the CLI's default target
+    assert "attends causally over the whole sequence" in capsys.readouterr().err
