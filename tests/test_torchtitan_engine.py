@@ -476,3 +476,17 @@ def test_torchtitan_runs_the_loss_in_its_registry_chunks():
                            .model_copy(update={"loss_chunks": 1}), Layout(dp=8, zero_stage=3))
     with pytest.raises(PlannerError, match="torchtitan: the plan prices the loss in 1 chunk"):
         one.to_torchtitan()
+
+
+@pytest.mark.parametrize("extra", [{"optimizer_offload": 1.0}, {"document_tokens": 1024}, {}])
+def test_cpsat_equals_the_enumerator_on_torchtitans_workloads(extra):
+    """The CP-SAT search and the brute-force enumerator agree on the best torchtitan layout with FSDP2's
+    CPU offload, with per-document masks, and with neither (the chunked loss either way)."""
+    m = planner.specs.ModelSpec(name="t", family="llama", num_layers=8, hidden_size=1024, num_attention_heads=8,
+                                num_kv_heads=8, ffn_hidden_size=2816, vocab_size=32000)
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=32, seq_length=4096, **extra)
+    r = plan(m, c, t, framework="torchtitan", top_k=1, structural=False, time_limit_s=60)
+    best = enumerate_plans(m, c, t, framework="torchtitan")[0]
+    assert r.status == "optimal" and r.best.training.loss_chunks == 8
+    assert (r.best.layout, r.best.time.objective_us) == (best.layout, best.time.objective_us)
