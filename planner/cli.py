@@ -23,7 +23,6 @@ from planner.search import MAX_TIME_LIMIT_S, plan
 from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
                            framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
-from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
 from planner.torchtitan_engine import LOSS_CHUNKS as TORCHTITAN_LOSS_CHUNKS
 from planner.units import count_text
 
@@ -342,10 +341,9 @@ def _problem(a):
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
-                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl,
-                            # FSDP2 is torchtitan's engine: its compiled PyTorch kernels and chunked loss come with it
-                            **({"kernels": TORCHTITAN_KERNELS, "loss_chunks": TORCHTITAN_LOSS_CHUNKS}
-                               if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"] else {}))
+                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
+    if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"]:  # FSDP2 is torchtitan's engine: the rest of what it runs
+        training = framework_training(training, "torchtitan")
     return model, cluster, training
 
 

@@ -1038,8 +1038,8 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     Without a flag the collective runs whole and exposed. ZeRO 3 (FSDP prefetch): a fraction
     calibration.dp_overlap of each micro-batch's compute hides its gathers.
     """
-    pairs = [(sh, g) for sh, g in zip(param_shards(model, layout, stage, layers),
-                                      param_gather_bytes(model, training, layout, stage, layers))  # 2 B/param, FP8 at 1
+    shards = param_shards(model, layout, stage, layers)
+    pairs = [(sh, g) for sh, g in zip(shards, param_gather_bytes(model, training, layout, stage, layers))  # 2 B/param, FP8 at 1
              if sh.dp > 1 and sh.params > 0]
     fsdp2_offload = uses_torchtitan(training) and bool(training.optimizer_offload)  # ZeRO-3, pp 1 (planner.space)
     if not pairs and not fsdp2_offload:
@@ -1051,12 +1051,11 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
     units = shard_units(model, layout, stage, layers)
-    if fsdp2_offload and not pairs:  # one shard, so no collective, but the copies (FSDP2 still wraps it)
-        window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
-        return _fsdp2_offload_dp_time(cluster, param_shards(model, layout, stage, layers)[0], units, m, 0.0, window)
     if layout.zero_stage == 3:  # dense models only (planner.space)
-        (sh, gather), group = pairs[0], groups[0]
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
+        if not pairs:  # FSDP2's CPU offload over one shard: no collective, but the copies (FSDP2 still wraps it)
+            return _fsdp2_offload_dp_time(cluster, shards[0], units, m, 0.0, window)
+        (sh, gather), group = pairs[0], groups[0]
         if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
             rs = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS, window)[1]
         else:

@@ -357,10 +357,9 @@ def plan(
         PlannerError: an argument or constraint of the wrong type or range (one line naming it).
     """
     _check_arguments(model, cluster, training, top_k, time_limit_s, allow_idle, structural)
-    training = framework_training(training, framework)
-    if framework in (None, "any"):  # an engine named: its launch target's rules (ZeRO stages, overlaps)
+    if framework in (None, "any"):  # an engine named: its launch target's rules (ZeRO stages, overlaps, ...)
         framework = next((fw for fw, impl in FRAMEWORK_ENGINES.items() if impl == training.optimizer_impl), framework)
-        training = framework_training(training, framework)  # and the rest of what that target runs
+    training = framework_training(training, framework)
     if max_oom_risk is not None:
         return _with_oom_risk(model, cluster, training, max_oom_risk, top_k=top_k, time_limit_s=time_limit_s,
                               framework=framework, allow_idle=allow_idle, structural=structural, **constraints)

@@ -898,12 +898,12 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if training.document_tokens is not None and framework in ("megatron", "deepspeed"):
         raise PlannerError(f"training.document_tokens: per-document attention masks are torchtitan's; framework "
                            f"'{framework}' attends causally over the whole sequence (use framework='torchtitan' or 'any')")
-    if framework is not None and framework not in FRAMEWORKS:
-        raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     if training.loss_chunks > 1 and framework in ("megatron", "deepspeed"):
         raise PlannerError(f"training.loss_chunks: a chunked loss is torchtitan's (ChunkedLossWrapper); framework "
                            f"'{framework}' computes the logits of the whole sequence at once (use framework='torchtitan' "
                            "or 'any')")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise PlannerError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
     runs = framework_training(training, framework)
     if runs != training:
         field = next(f for f in ("optimizer_impl", "kernels", "loss_chunks") if getattr(runs, f) != getattr(training, f))
