@@ -1057,18 +1057,26 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             return _fsdp2_offload_dp_time(cluster, shards[0], units, m, 0.0, window)
         (sh, gather), group = pairs[0], groups[0]
         if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
-            rs = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS, window)[1]
+            rs, rs_out = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS,
+                                       window)[1], 0.0
         else:
-            rs = units.times(cluster, group, "reducescatter", grad_b)[1]
+            _, rs, rs_out = units.times(cluster, group, "reducescatter", grad_b)
         _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
+        chunked = uses_torchtitan(training) and training.loss_chunks > 1
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and
             # reduce-scatters once, after the last backward, exposed [torch distributed/pipelining/
             # stage.py: perform_reduce_grad, the schedule's REDUCE_GRAD after every micro-batch]
-            return max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs
+            t = max(0.0, ag - cluster.calibration.dp_overlap * layers * lt.fwd) + rs
+            if chunked and out:  # torchtitan_engine [Loss]: the loss reshards [norm, output] and syncs its
+                # gradient at every micro-batch's last chunk; each backward regathers it first (exposed),
+                # the reduce-scatters run beside that backward
+                t += m * out + (m - 1) * max(0.0, rs_out - cluster.calibration.dp_overlap * layers * lt.bwd)
+            return t
         # the backward gathers again, but torchtitan does not reshard [norm, output] after the forward
-        # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder)
-        again = ag - out if uses_torchtitan(training) else ag
+        # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder) -- unless the chunked loss
+        # resharded it (torchtitan_engine [Loss])
+        again = ag - out if uses_torchtitan(training) and not chunked else ag
         if fsdp2_offload:
             return _fsdp2_offload_dp_time(cluster, sh, units, m, ag + again + rs, window)
         return m * max(0.0, ag + again + rs - window)

@@ -858,7 +858,10 @@ def stage_static_items(
             gathered = zero3_gathered_params(layer_params(model) / layout.tp, layers)
             what = f"bf16 weights DeepSpeed keeps gathered into the backward ({gathered / 1e6:.0f}M parameters)"
         items.append(MemoryItem("zero3_gather", gathered * per, what))
-    if out and pipelined:
+    if out and pipelined and training.loss_chunks > 1:  # its FP32 accumulator is fsdp2_pipeline_grads' share
+        items.append(MemoryItem("fsdp2_output_layer", out * 2 * PARAM_BYTES, "the output layer gathered for the "
+                                "step and a loss chunk's bf16 gradient"))
+    elif out and pipelined:
         items.append(MemoryItem("fsdp2_output_layer", out * PARAM_BYTES, "the output layer gathered for the step"))
     elif out and training.loss_chunks > 1:  # torchtitan_engine [Loss]: no gradient sync before the last chunk
         items.append(MemoryItem("fsdp2_output_layer", out * (2 * PARAM_BYTES + FSDP2_ACCUMULATED_GRAD_BYTES),

@@ -49,7 +49,11 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              into an FP32 accumulator of the whole output (GradAccumulator, dtype float32) that the
              decoder's backward then takes; the output layer stays gathered and syncs its gradient
              at the last chunk only (set_requires_gradient_sync(False) before), so it accumulates
-             unsharded in the FP32 reduce dtype across the chunks [NoSync].
+             unsharded in the FP32 reduce dtype across the chunks [NoSync]. After the loop it
+             re-enables that sync and reshards the [norm, output] unit (lm_head.reshard()): the
+             decoder's backward gathers the unit again in every micro-batch, and under the pipeline
+             (whose schedule turns sync off before each backward, stage.py: backward_maybe_with_nosync)
+             the output layer's gradient is still reduce-scattered at every micro-batch's last chunk.
 """
 
 from __future__ import annotations

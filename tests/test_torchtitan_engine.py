@@ -284,14 +284,15 @@ def test_fsdp2_under_torchtitans_pipeline_gathers_once_and_accumulates_fp32_grad
     step and its gradient accumulates unsharded in FP32; one all-gather and one reduce-scatter per
     step, however many micro-batches. Llama-3-8B on pp 2 x dp 8: a layer is 218,112,000 parameters
     (attention 2 x 4096^2 + 2 x 4096 x 1024, MLP 3 x 4096 x 14336, two norms), the embedding and the
-    output layer 128,256 x 4096 = 525,336,576 each."""
+    output layer 128,256 x 4096 = 525,336,576 each. The loss unchunked (torchtitan's chunked loss
+    reshards the output layer: the next test)."""
     from planner.comm import collective_time
     from planner.cost import dp_time
     from planner.topology import group_placement
 
     m = planner.load_model("llama3-8b")
     c = planner.load_cluster("dgx-h100", nodes=2)
-    tr = _titan()
+    tr = _titan().model_copy(update={"loss_chunks": 1})
     lay = Layout(tp=1, pp=2, dp=8, zero_stage=3, micro_batch_size=1)
     p = planner.evaluate(m, c, tr, lay)
     first, last = p.memory.stages
@@ -313,6 +314,40 @@ def test_fsdp2_under_torchtitans_pipeline_gathers_once_and_accumulates_fp32_grad
     for gbs in (64, 512):  # 4 and 32 micro-batches
         t = tr.model_copy(update={"global_batch_size": gbs})
         assert dp_time(m, bare, t, lay) == pytest.approx(want, rel=1e-5)  # the last stage: 4,096 more (its norm)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_chunked_loss_regathers_the_output_layer_every_backward(pp):
+    """ChunkedLossWrapper reshards the [norm, output] unit after its chunks (lm_head.reshard()) and
+    turns its gradient sync back on at each micro-batch's last chunk [torchtitan 0.3 components/
+    loss.py]. Without PP the decoder's backward gathers the unit again (without the chunked loss
+    torchtitan keeps it gathered: reshard_after_forward=False), once per micro-batch. Under the
+    pipeline the unit, otherwise gathered once a step, is regathered by every micro-batch's backward
+    and its FP32 gradient reduce-scattered at every micro-batch instead of after the last: m gathers
+    and m - 1 reduce-scatters more. Llama-3-8B, [norm, output] = 4,096 + 525,336,576 parameters; dp
+    8 over one node, nothing hidden (dp_overlap 0); m = 64 / 8 = 8 micro-batches (pp 1 at dp 8 x mbs
+    1), and 8 again under pp 2 x dp 8 on two nodes. The output layer under the pipeline: gathered
+    (2 B) and a chunk's bf16 gradient (2 B) beside its FP32 accumulator (in the stage's gradients)."""
+    from planner.comm import collective_time
+    from planner.cost import stage_dp_time
+    from planner.topology import group_placement
+
+    m = planner.load_model("llama3-8b")
+    c = planner.load_cluster("dgx-h100", nodes=pp)
+    bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    lay = Layout(tp=1, pp=pp, dp=8, zero_stage=3, micro_batch_size=1)
+    chunked, whole = _titan(), _titan().model_copy(update={"loss_chunks": 1})
+    assert chunked.loss_chunks == 8
+    group = group_placement(bare, lay, "dpcp")
+    unit = 4096 + 525_336_576
+    ag, rs = collective_time(bare, group, "allgather", 2 * unit), collective_time(bare, group, "reducescatter", 4 * unit)
+    last, layers = pp - 1, 32 // pp
+    more = stage_dp_time(m, bare, chunked, lay, last, layers) - stage_dp_time(m, bare, whole, lay, last, layers)
+    assert more == pytest.approx(8 * ag if pp == 1 else 8 * ag + 7 * rs, rel=1e-9)
+    if pp == 2:  # the first stage holds no output layer
+        assert stage_dp_time(m, bare, chunked, lay, 0, 16) == stage_dp_time(m, bare, whole, lay, 0, 16)
+        out = planner.evaluate(m, c, chunked, lay).memory.stages[-1]
+        assert out.get("fsdp2_output_layer") == (2 + 2) * 525_336_576
 
 
 def test_fsdp2_under_torchtitans_pipeline_accumulates_in_fp32_every_micro_batch():
