@@ -334,11 +334,18 @@ def _moe_model(r: dict) -> ModelSpec | str:
         gpt_oss = dict(sliding_window=int(window.group(1)), full_attention_every=2, attention_sinks=True,
                        linear_bias=True, activation="clamped-quick-geglu")
         att = "gqa"
+    chunked = re.fullmatch(r"gqa; chunked attention \((\d+)\) with a NoPE layer every 4th layer", att)
+    if chunked and r["seq_len"] <= int(chunked.group(1)):  # Llama 4: one chunk spans the sequence, so
+        att = "gqa"  # every layer is causal over it; NoPE layers only skip the rotary embedding
     if att not in ("gqa", "mla"):
         return (f"attention '{att or 'unpublished'}' (grouped-query, multi-latent and GPT-OSS's windowed attention "
                 "are priced)")
+    step = 1
     if mod.get("moe_layer_pattern"):
-        return "interleaved dense / MoE layers"
+        pattern = re.fullmatch(r"alternating dense/MoE \(\[0,1\]\*(\d+)\)", mod["moe_layer_pattern"])
+        if not pattern or 2 * int(pattern.group(1)) != mod["n_layers"]:
+            return f"MoE layer pattern '{mod['moe_layer_pattern']}'"
+        step = 2
     missing = [k for k in ("n_layers", "hidden_size", "n_heads", "ffn_hidden_size", "vocab_size", "num_experts", "top_k")
                if mod.get(k) is None]
     if missing:
@@ -357,7 +364,8 @@ def _moe_model(r: dict) -> ModelSpec | str:
         kv_channels=head if head and head * mod["n_heads"] != mod["hidden_size"] else None,
         ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"], qk_norm=bool(mod.get("qk_layernorm")),
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
-             "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0},
+             "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0,
+             "layer_step": step},
         mla=mla, **gpt_oss)
 
 

@@ -216,17 +216,21 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
 
 
 def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
-    """The MoE fields of a Mixtral, Qwen2-MoE or Qwen3-MoE config (every layer MoE; Qwen2-MoE's gated
-    shared expert)."""
+    """The MoE fields of a Mixtral, Qwen2-MoE or Qwen3-MoE config (Qwen2-MoE's gated shared expert).
+    Qwen's decoder_sparse_step n makes layers n - 1, 2n - 1, ... MoE and the others dense
+    [transformers models/qwen2_moe, qwen3_moe: DecoderLayer, (layer_idx + 1) % decoder_sparse_step
+    == 0]: MoESpec.layer_step; mlp_only_layers (dense layers by index) is refused."""
     if arch in ("MixtralForCausalLM", "GptOssForCausalLM"):
         return dict(num_experts=_need(cfg, "num_local_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                     expert_ffn_hidden_size=_need(cfg, "intermediate_size", name))
     step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers") or []
-    if step != 1 or dense:
-        raise ConfigImportError(f"{name}: decoder_sparse_step = {step!r} / mlp_only_layers = {dense!r}: dense layers "
-                                "between MoE layers are not modelled (refused rather than counted as MoE)")
+    if dense:
+        raise ConfigImportError(f"{name}: mlp_only_layers = {dense!r}: dense layers chosen by index are not modelled "
+                                "(refused rather than counted as MoE)")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise ConfigImportError(f"{name}: decoder_sparse_step = {step!r}: expected a positive integer")
     moe = dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
-               expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name))
+               expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name), layer_step=step)
     if arch == "Qwen2MoeForCausalLM":  # one gated shared expert [transformers models/qwen2_moe:
         # Qwen2MoeSparseMoeBlock.shared_expert, shared_expert_gate = Linear(hidden, 1, bias=False)]
         moe.update(shared_expert_ffn_hidden_size=_need(cfg, "shared_expert_intermediate_size", name),

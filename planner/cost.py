@@ -244,16 +244,16 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
     (unmasked attention; 2 s a (d_qk + d_v) in general), plus the logits 2 h V; everything x 3. An MoE
     layer counts its active MLP: router (h E), top_k routed and the shared experts (3 h f each)
-    [MegatronFLOPs: moe terms]; the leading dense layers count a dense MLP.
+    [MegatronFLOPs: moe terms]; the dense layers (leading or interleaved) count a dense MLP.
     """
     dqk, dv = model.core_head_dims
     attention = sum(attention_gemm_flops(model, 1, 1)) + 2 * seq_length * model.num_attention_heads * (dqk + dv)
     dense = sum(mlp_gemm_flops(model, 1, 1))
     layers = model.num_layers * attention
     if model.moe is not None:  # the MLP is the router, the top-k routed experts and the shared ones
-        e, h, k = model.moe, model.hidden_size, model.moe.first_dense_layers
+        e, h = model.moe, model.hidden_size
         moe = 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size))
-        layers += (model.num_layers - k) * moe + k * dense
+        layers += model.moe_layers * moe + model.dense_layers * dense
     else:
         layers += model.num_layers * dense
     logits = 2 * model.hidden_size * model.vocab_size

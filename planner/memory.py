@@ -193,11 +193,11 @@ def static_memory(
 
 
 def expert_params(model: ModelSpec) -> int:
-    """Parameters of all routed experts (0 for a dense model): (L - first dense layers) x E x 3 h f_e."""
+    """Parameters of all routed experts (0 for a dense model): MoE layers x E x 3 h f_e."""
     if model.moe is None:
         return 0
     e = model.moe
-    return (model.num_layers - e.first_dense_layers) * e.num_experts * 3 * model.hidden_size * e.expert_ffn_hidden_size
+    return model.moe_layers * e.num_experts * 3 * model.hidden_size * e.expert_ffn_hidden_size
 
 
 def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, etp: int | None = None,
@@ -622,7 +622,23 @@ def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
     split they fill the virtual stages in Megatron's order (stage i on rank i % pp); otherwise all sit
     on the first rank, whose first virtual stage planner.space requires to hold them (the search's
     rows, with the split a variable, assume the same). The stage functions are affine in the rank's
-    layer count: `layers` counts them, and layers - dense_layers_on are MoE layers."""
+    layer count: `layers` counts them, and layers - dense_layers_on are MoE layers.
+
+    With dense layers interleaved (MoESpec.layer_step > 1) the rank's own layers are counted, layer by
+    layer (ModelSpec.is_moe_layer), over its virtual stages: pipeline_layers', else the layout's split
+    (stage_layers; with interleaving, equal chunks: planner.space allows no other), which the search
+    therefore does not vary (Space.free_split is off for such models)."""
+    if model.moe is not None and model.moe.layer_step > 1:
+        p, v = layout.pp, layout.vpp
+        chunks = layout.pipeline_layers
+        if chunks is None:
+            chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
+        held, start = 0, 0
+        for i, n in enumerate(chunks):
+            if i % p == stage:
+                held += sum(not model.is_moe_layer(j) for j in range(start, start + n))
+            start += n
+        return held
     k = model.moe.first_dense_layers if model.moe is not None else 0
     if not k:
         return 0

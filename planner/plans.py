@@ -125,7 +125,7 @@ class Plan:
                 extra = (s / (6 * h)) / (1 + s / (6 * h)) / 3
             # the GEMMs of the other modules (norms and activations are memory passes)
             again = (m.num_layers * sum(mla_up_proj_flops(m, 1, 1)) if "mla_up_proj" in mods and m.mla else 0.0)
-            dense = m.num_layers if m.moe is None else m.moe.first_dense_layers
+            dense = m.dense_layers
             again += dense * sum(mlp_gemm_flops(m, 1, 1)) if "mlp" in mods and m.family != Family.GPT else 0.0
             extra += again / model_flops_per_token(m, self.training.seq_length)
         if self.layout.recompute == Recompute.OP:  # the linears it does not keep, once more forward

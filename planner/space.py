@@ -11,7 +11,7 @@ from planner.deepspeed_engine import pipeline_split as deepspeed_pipeline_split
 from planner.deepspeed_engine import uses_deepspeed, zero0_runs
 from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
-from planner.memory import stage_layers
+from planner.memory import dense_layers_on, stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, uses_torchtitan
 from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
@@ -147,6 +147,10 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
                 f"{model.name} is dense"] \
             if ep > 1 or lay.etp is not None or lay.moe_dispatcher != "alltoall" or lay.ep_overlap else []
     e, bad = model.moe, []
+    if (e.layer_step > 1 and lay.vpp > 1 and lay.pipeline_layers is None
+            and (lay.first_stage_layers is not None or lay.last_stage_layers is not None)):
+        bad.append(f"layer_step({e.layer_step}) with interleaving and uneven first/last stages: give pipeline_layers "
+                   "(which virtual stage holds which dense and MoE layers)")
     if e.num_experts % ep:
         bad.append(f"num_experts({e.num_experts}) % ep({ep}) = {e.num_experts % ep} != 0")
     inner = lay.tp * lay.cp * lay.dp
@@ -243,6 +247,15 @@ def _dense_first_problems(model: ModelSpec, lay: Layout) -> list[str]:
         return [f"the first virtual stage holds {first} layers, fewer than the {k} leading dense layers "
                 f"(first_dense_layers); give pipeline_layers to place them over several stages"]
     return []
+
+
+def _middle_ranks_differ(model: ModelSpec, lay: Layout) -> bool:
+    """Whether the even split gives the middle pipeline ranks different dense-layer counts (dense
+    layers between MoE ones, MoESpec.layer_step, with chunks not aligned to the pattern): the search
+    prices every middle rank as one (cpsat._positions), so such shapes are left to evaluate."""
+    if model.moe is None or model.moe.layer_step == 1 or lay.pp < 4:
+        return False
+    return len({dense_layers_on(model, lay, r) for r in range(1, lay.pp - 1)}) > 1
 
 
 def _deepspeed_split_problems(L: int, pp: int, lay: Layout) -> list[str]:
@@ -955,7 +968,10 @@ def build_space(
     # torchtitan places them from its first/last stage weights: the splits those make (rank_splits)
     titan_split = uses_torchtitan(training)
     uneven = constraints.get("uneven_stages", True) is not False
-    free = uneven and not engine_split and not titan_split
+    # dense layers interleaved with MoE ones: a rank's dense count depends on where its layers fall,
+    # which the rows (affine in the rank's layer count) cannot follow: the even split only
+    interleaved = model.moe is not None and model.moe.layer_step > 1
+    free = uneven and not engine_split and not titan_split and not interleaved
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
     if not moe and (any(_constrained(k, constraints) for k in ("ep", "etp"))
@@ -1024,7 +1040,8 @@ def build_space(
                                                       or (titan_split and pp > 1)
                                                       or not _pipeline_problems(L, pp, v, None, None)
                                                       and not _dense_first_problems(model, lay)
-                                                      and not _bf16_end_problems(model, training, lay)):
+                                                      and not _bf16_end_problems(model, training, lay)
+                                                      and not _middle_ranks_differ(model, lay)):
                                         shapes.append(Shape(tp, pp, dp, cp, mbs, v, sp, ep, etp, disp, ov))
     order = constraints.get("rank_order") or "tp-cp-dp-pp"
     keys = {(sh.pp, sh.vpp) for sh in shapes}

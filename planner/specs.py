@@ -225,6 +225,11 @@ class MoESpec(_Spec):
     """Inner width of all shared experts together (--moe-shared-expert-intermediate-size); 0 = none."""
     first_dense_layers: _count(MAX_LAYERS, lo=0) = 0
     """Leading layers with a dense MLP of ffn_hidden_size (DeepSeek-V3: 3; HF first_k_dense_replace)."""
+    layer_step: _count(MAX_LAYERS) = 1
+    """After the leading dense layers, every layer_step-th layer is MoE and the others dense: layers
+    k + layer_step - 1, k + 2 layer_step - 1, ... (Llama-4 Maverick: 2, dense and MoE alternating;
+    HF interleave_moe_layer_step, Qwen2-MoE's decoder_sparse_step; Megatron --moe-layer-freq as a
+    0/1 list). ModelSpec.is_moe_layer."""
     shared_expert_gate: Bool = False
     """A sigmoid gate on the shared experts' output, one 1 x h weight per MoE layer (Qwen2-MoE's
     shared_expert_gate; Megatron's --moe-shared-expert-gate) [Megatron-LM@d98e8a6 megatron/core/
@@ -350,7 +355,29 @@ class ModelSpec(_Spec):
             raise ValueError("qkv_bias: linear_bias already puts a bias on Q/K/V; set one of them")
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(f"moe: first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})")
+        if self.moe is not None and (self.num_layers - self.moe.first_dense_layers) % self.moe.layer_step:
+            raise ValueError(f"moe: layer_step ({self.moe.layer_step}) must divide the layers after the leading dense "
+                             f"ones ({self.num_layers} - {self.moe.first_dense_layers}), so the pattern ends on an MoE layer")
         return self
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i (0-based) has an MoE MLP (MoESpec.first_dense_layers, layer_step)."""
+        if self.moe is None:
+            return False
+        k, step = self.moe.first_dense_layers, self.moe.layer_step
+        return i >= k and (i - k + 1) % step == 0
+
+    @cached_property
+    def moe_layers(self) -> int:
+        """Layers with an MoE MLP (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        return (self.num_layers - self.moe.first_dense_layers) // self.moe.layer_step
+
+    @cached_property
+    def dense_layers(self) -> int:
+        """Layers with a dense MLP: all of a dense model's, an MoE model's leading and interleaved ones."""
+        return self.num_layers - self.moe_layers
 
     @cached_property
     def attention_params(self) -> int:
@@ -429,8 +456,7 @@ class ModelSpec(_Spec):
         """Parameters one token uses (all of them for a dense model)."""
         if self.moe is None:
             return self.num_params
-        dense = self.moe.first_dense_layers
-        return (dense * self.params_per_layer + (self.num_layers - dense) * self.moe_layer_params[1]
+        return (self.dense_layers * self.params_per_layer + self.moe_layers * self.moe_layer_params[1]
                 + self.embedding_params + self.output_params)
 
     @cached_property
@@ -521,10 +547,9 @@ class ModelSpec(_Spec):
     @cached_property
     def num_params(self) -> int:
         """Total parameter count Psi (derived from the shape). params_per_layer is a dense layer's;
-        with MoE the layers after first_dense_layers count moe_layer_params instead."""
+        with MoE the MoE layers (moe_layers) count moe_layer_params instead."""
         if self.moe is not None:
-            dense = self.moe.first_dense_layers
-            layers = dense * self.params_per_layer + (self.num_layers - dense) * self.moe_layer_params[0]
+            layers = self.dense_layers * self.params_per_layer + self.moe_layers * self.moe_layer_params[0]
         else:
             layers = self.num_layers * self.params_per_layer
         return layers + self.embedding_params + self.output_params

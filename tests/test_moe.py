@@ -12,7 +12,7 @@ import planner
 from planner.catalog import model_from_hf_config
 from planner.cli import main
 from planner.errors import ConfigImportError, PlannerError
-from planner.specs import Layout, TrainingSpec
+from planner.specs import Layout, ModelSpec, TrainingSpec
 
 # (catalog id, published total, published active, digits the publisher rounds to)
 PUBLISHED = [
@@ -71,8 +71,14 @@ def test_hf_import_of_mixtral_and_qwen3_moe():
             "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
             "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False}
     assert model_from_hf_config(qwen, "q").num_params == planner.load_model("qwen3-30b-a3b").num_params
-    with pytest.raises(ConfigImportError, match="decoder_sparse_step"):
-        model_from_hf_config(dict(qwen, decoder_sparse_step=2), "q")
+    # decoder_sparse_step 2: layers 1, 3, ..., 47 MoE, the even ones dense MLPs of intermediate_size
+    # (3 x 2048 x 6144 each) instead of 128 experts of 3 x 2048 x 768 and the 2048 x 128 router
+    half = model_from_hf_config(dict(qwen, decoder_sparse_step=2), "q")
+    assert half.moe.layer_step == 2 and half.moe_layers == 24 and not half.is_moe_layer(0) and half.is_moe_layer(47)
+    assert half.num_params == model_from_hf_config(qwen, "q").num_params - 24 * (128 * 3 * 2048 * 768 + 2048 * 128
+                                                                                 - 3 * 2048 * 6144)
+    with pytest.raises(ConfigImportError, match="mlp_only_layers"):
+        model_from_hf_config(dict(qwen, mlp_only_layers=[0, 1]), "q")
     with pytest.raises(ConfigImportError, match="Mixture-of-Experts"):  # MoE keys on a dense architecture
         model_from_hf_config(dict(mixtral, architectures=["LlamaForCausalLM"]), "x")
 
@@ -691,3 +697,80 @@ def test_h800_is_the_h100_die_with_eight_nvlink_links():
     big = 2 * 4096 * 8 * 7168 * 8  # one micro-batch's dispatch, 8 MiB per peer and more
     slow = alltoall_time(h800, placement(h800, (8, 1)), big) / alltoall_time(h100, placement(h100, (8, 1)), big)
     assert slow == pytest.approx(370 / 160, rel=0.1)
+
+
+# Dense layers interleaved with MoE ones (MoESpec.layer_step): Llama-4 Maverick
+
+def llama4_maverick():
+    """Llama-4 Maverick's text model as NeMo's Llama4Experts128Config builds it (48 layers, h 5120,
+    40 heads of 128, 8 KV heads, dense MLPs of 16,384, 128 experts of 8,192 top-1 beside one shared
+    expert of 8,192, vocabulary 202,048; MoE every second layer, interleave_moe_layer_step 2)."""
+    return ModelSpec(name="llama4-maverick", family="llama", num_layers=48, hidden_size=5120, num_attention_heads=40,
+                     num_kv_heads=8, ffn_hidden_size=16384, vocab_size=202048,
+                     moe={"num_experts": 128, "top_k": 1, "expert_ffn_hidden_size": 8192,
+                          "shared_expert_ffn_hidden_size": 8192, "layer_step": 2})
+
+
+def test_llama4_maverick_counts_its_alternating_layers():
+    """Per layer: attention 2 x 5120^2 + 2 x 5120 x 1024 and two norms; a dense layer's MLP 3 x 5120 x
+    16384; an MoE layer's router 5120 x 128, 128 experts of 3 x 5120 x 8192 (one active) and the
+    shared one. 24 of each, the embedding and output layer 202,048 x 5120 each and the final norm:
+    400.7B in all and 17.2B active, Meta's 400B / 17B to their rounding."""
+    m = llama4_maverick()
+    attn, expert = 2 * 5120**2 + 2 * 5120 * 1024 + 2 * 5120, 3 * 5120 * 8192
+    dense, moe_base = attn + 3 * 5120 * 16384, attn + 5120 * 128 + expert
+    ends = 2 * 202048 * 5120 + 5120
+    assert [m.is_moe_layer(i) for i in range(48)] == [False, True] * 24 and (m.moe_layers, m.dense_layers) == (24, 24)
+    assert m.num_params == 24 * dense + 24 * (moe_base + 128 * expert) + ends
+    assert m.active_params == 24 * dense + 24 * (moe_base + expert) + ends
+    assert m.num_params == pytest.approx(400e9, rel=0.005) and m.active_params == pytest.approx(17e9, rel=0.02)
+    with pytest.raises(ValueError, match=r"layer_step \(2\) must divide the layers after the leading dense ones \(47 - 0\)"):
+        ModelSpec.model_validate({**m.model_dump(), "num_layers": 47})
+
+
+def test_interleaved_layers_are_priced_and_held_where_they_fall():
+    """A rank's layers are counted one by one: at pp 4 each even rank of 12 holds 6 dense and 6 MoE
+    layers, and its compute is 6 layers of a dense twin plus 6 of an all-MoE twin, its EP traffic that
+    of the 6 MoE layers, its expert weights 6 layers' 128 x 3 x 5120 x 8192 / (ep 16 x etp 1). An
+    explicit split (13, 11, 12, 12) gives rank 0 layers 0-12 (7 dense: 0, 2, ..., 12) and rank 1
+    layers 13-23 (5 dense: 14, ..., 22)."""
+    from planner.cost import stage_time
+    from planner.memory import dense_layers_on, param_shards
+
+    m = llama4_maverick()
+    dense_twin = m.model_copy(update={"moe": None})
+    moe_twin = m.model_copy(update={"moe": m.moe.model_copy(update={"layer_step": 1})})
+    c, t = planner.load_cluster("dgx-h100", nodes=64), TrainingSpec(global_batch_size=1024, seq_length=8192)
+    lay = Layout(tp=4, pp=4, dp=32, ep=16, etp=1, sequence_parallel=True)
+    one_dense = stage_time(dense_twin, c, t, lay.model_copy(update={"ep": 1, "etp": None}), 1, 1)
+    one_moe = stage_time(moe_twin, c, t, lay, 1, 1)
+    assert [dense_layers_on(m, lay, r) for r in range(4)] == [6, 6, 6, 6]
+    mid = stage_time(m, c, t, lay, 1, 12)
+    assert mid.compute == pytest.approx(6 * one_dense.compute + 6 * one_moe.compute)
+    assert mid.ep_comm == pytest.approx(6 * one_moe.ep_comm)
+    assert param_shards(m, lay, 1, 12)[1].params == 6 * 128 * 3 * 5120 * 8192 / 16
+    split = lay.model_copy(update={"pipeline_layers": (13, 11, 12, 12)})
+    assert [dense_layers_on(m, split, r) for r in range(4)] == [7, 5, 6, 6]
+    assert stage_time(m, c, t, split, 1, 11).compute == pytest.approx(5 * one_dense.compute + 6 * one_moe.compute)
+
+
+def test_interleaved_layers_search_the_even_split_and_emit_megatrons_pattern():
+    """The search cannot follow which layers of a variable split are dense, so it runs the even split
+    (Space.free_split off); Megatron gets the per-layer list its moe_freq_type evaluates; interleaving
+    with uneven first/last stages is refused unless pipeline_layers says where each layer goes."""
+    from planner.emit.megatron import moe_layer_pattern
+    from planner.space import build_space, layout_problems
+
+    m = llama4_maverick()
+    assert moe_layer_pattern(m) == "(([0]*1+[1])*24)" and eval(moe_layer_pattern(m)) == [0, 1] * 24
+    ds = planner.load_model("deepseek-v3")
+    assert eval(moe_layer_pattern(ds)) == [0] * 3 + [1] * 58
+    both = ds.model_copy(update={"num_layers": 63, "moe": ds.moe.model_copy(update={"layer_step": 2})})
+    assert eval(moe_layer_pattern(both)) == [0] * 3 + [0, 1] * 30 == [int(both.is_moe_layer(i)) for i in range(63)]
+    c, t = planner.load_cluster("dgx-h100", nodes=64), TrainingSpec(global_batch_size=1024, seq_length=8192)
+    space = build_space(m, c, t, constraints={"tp": 4, "ep": 128})
+    assert not space.free_split and space.shapes
+    assert all(sp == ((48 // s.pp,) * s.pp,) for s in space.shapes for sp in [space.fixed_splits(s.pp, s.vpp)])
+    lay = Layout(tp=4, pp=4, vpp=2, dp=32, ep=16, etp=1, sequence_parallel=True, first_stage_layers=10,
+                 last_stage_layers=10)
+    assert any("give pipeline_layers" in p for p in layout_problems(m, c, t, lay))

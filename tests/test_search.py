@@ -343,17 +343,21 @@ def test_pipeline_lower_bound_water_fills_the_slowest_rank():
 
 @st.composite
 def moe_instances(draw):
-    """Small MoE models (some with leading dense layers, some with multi-latent attention) on 4-16 GPUs."""
+    """Small MoE models (some with leading dense layers or dense layers between MoE ones, some with
+    multi-latent attention) on 4-16 GPUs."""
     heads = draw(st.sampled_from([4, 8]))
     h = heads * 64
     layers = draw(st.sampled_from([4, 5, 6, 8]))
     experts = draw(st.sampled_from([4, 8]))
     mla = draw(st.booleans())
+    first = draw(st.sampled_from([0, 1, 2]))
+    step = draw(st.sampled_from([1, 2]))
+    step = step if (layers - first) % step == 0 else 1
     model = ModelSpec(name="moe", family="llama", num_layers=layers, hidden_size=h, num_attention_heads=heads,
                       num_kv_heads=None if mla else heads // 2, ffn_hidden_size=4 * h, vocab_size=8192,
                       moe={"num_experts": experts, "top_k": 2, "expert_ffn_hidden_size": h,
                            "shared_expert_ffn_hidden_size": draw(st.sampled_from([0, h])),
-                           "first_dense_layers": draw(st.sampled_from([0, 1, 2]))},
+                           "first_dense_layers": first, "layer_step": step},
                       mla={"q_lora_rank": draw(st.sampled_from([None, h // 2])), "kv_lora_rank": h // 4,
                            "qk_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64} if mla else None)
     gpn = draw(st.sampled_from([4, 8]))
@@ -367,10 +371,11 @@ def moe_instances(draw):
     return model, cluster, training, "megatron"
 
 
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(moe_instances())
 def test_cpsat_equals_enumerator_on_moe_models(inst):
-    """Expert parallelism, the first rank's dense layers and MLA: the CP-SAT optimum equals brute force."""
+    """Expert parallelism, the first rank's dense layers, dense layers between MoE ones and MLA: the
+    CP-SAT optimum equals brute force."""
     test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
 
 
@@ -503,10 +508,11 @@ def _compositions(total: int, parts: int, least: int = 1):
 def test_static_rows_bound_the_update_of_every_split(inst):
     """StaticRow.lower, which CP-SAT's update term may not go below, is at most the slowest rank's
     update (DP and optimizer, evaluate's update_time) of every split the shape can take -- with and
-    without leading dense layers, whose first rank steps fewer parameters per layer."""
+    without leading dense layers, whose first rank steps fewer parameters per layer (dense layers
+    between MoE ones: the even split, the only one the space runs)."""
     from planner.cost import update_time
     from planner.cpsat import build_rows
-    from planner.space import build_space
+    from planner.space import build_space, first_rank_min_layers
 
     model, cluster, training, framework = inst
     space = build_space(model, cluster, training, framework=framework, constraints=SMALL)
@@ -515,6 +521,10 @@ def test_static_rows_bound_the_update_of_every_split(inst):
         sh = space.shapes[row.shape]
         lay = space.layouts(sh, None, ("none", None), row.zero)
         splits = list(_compositions(model.num_layers, sh.pp)) if sh.pp > 1 else [None]
+        if sh.pp > 1:  # the splits the space runs: its first rank holds the leading dense layers
+            splits = [c for c in splits if c[0] >= first_rank_min_layers(model, training, sh.vpp)]
+        if not space.free_split:
+            splits = list(space.fixed_splits(sh.pp, sh.vpp))
         flat = lay.model_copy(update={"vpp": 1, "overlap_p2p": None})  # a rank's update reads its layers only
         least = min(update_time(model, cluster, training, flat.model_copy(update={"pipeline_layers": s})).units
                     for s in splits)

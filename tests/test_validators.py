@@ -458,6 +458,24 @@ def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron
     assert r.ok, r.line()
     assert [sum(x) for x in r.details["layers_per_rank"]] == list(stage_layers(p.model, p.layout))
     assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (64, 1, 1)
+    assert r.details["moe_layer_freq"] == [0] * 3 + [1] * 58
+
+
+def test_megatron_builds_llama4_maverick_alternating_dense_and_moe_layers(megatron_path):
+    """Llama-4 Maverick (MoESpec.layer_step 2: layers 1, 3, ..., 47 MoE) in NVIDIA's H100 layout
+    (tp 4, ep 128, etp 4 on 512 GPUs): Megatron accepts --moe-layer-freq and its TransformerConfig
+    marks the same layers MoE as the plan prices."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+    from tests.test_moe import llama4_maverick
+
+    m = llama4_maverick()
+    p = planner.evaluate(m, planner.load_cluster("dgx-h100", nodes=64), TrainingSpec(global_batch_size=1024, seq_length=8192),
+                         planner.Layout(tp=4, dp=128, ep=128, etp=4, sequence_parallel=True, zero_stage=1))
+    r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert r.details["moe_layer_freq"] == [0, 1] * 24 == [int(m.is_moe_layer(i)) for i in range(48)]
+    assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (128, 4, 1)
 
 
 def test_megatron_builds_gpt_oss_layers_as_the_plan_prices_them(megatron_path):

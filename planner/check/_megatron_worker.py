@@ -115,6 +115,9 @@ def _validate(p: dict) -> dict:
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
                "recompute_modules": sorted(cfg.recompute_modules or []) if args.recompute_granularity == "selective" else None,
                "num_experts": args.num_experts, "moe_router_topk": args.moe_router_topk if args.num_experts else None,
+               # 1 for an MoE layer, as TransformerConfig holds it (an int: every n-th from layer 0)
+               "moe_layer_freq": (list(cfg.moe_layer_freq) if isinstance(cfg.moe_layer_freq, list) else cfg.moe_layer_freq)
+               if args.num_experts else None,
                **expert,
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,

@@ -15,10 +15,24 @@ from planner.memory import TE_FP8_RECIPES
 from planner.plans import Plan
 from planner.specs import Family, Recompute
 
-__all__ = ["megatron_args", "megatron_env", "to_megatron", "pipeline_layout_string", "MEGATRON_VERSION"]
+__all__ = ["megatron_args", "megatron_env", "to_megatron", "pipeline_layout_string", "moe_layer_pattern",
+           "MEGATRON_VERSION"]
 
 MEGATRON_VERSION = "megatron-core 0.19.2"
 MASTER_PORT = 29500
+
+
+def moe_layer_pattern(model) -> str:
+    """--moe-layer-freq as the list expression Megatron evaluates into one 0/1 per layer (1: MoE)
+    [Megatron-LM@d98e8a6 megatron/training/arguments.py: moe_freq_type; models/gpt/gpt_layer_specs.py:
+    the pattern's length must be num_layers]: ModelSpec.is_moe_layer's leading dense layers, then
+    layer_step - 1 dense and one MoE layer, repeated. (Megatron's integer form puts the MoE layer
+    first in each group, Hugging Face's step last: the list says which.)"""
+    e = model.moe
+    k, step = e.first_dense_layers, e.layer_step
+    group = "[1]" if step == 1 else f"([0]*{step - 1}+[1])"
+    parts = ([f"[0]*{k}"] if k else []) + [f"{group}*{model.moe_layers}"]
+    return "(" + "+".join(parts) + ")"
 
 
 def pipeline_layout_string(split: tuple[int, ...]) -> str:
@@ -71,10 +85,10 @@ def megatron_args(plan: Plan) -> list[str]:
               "--qk-pos-emb-head-dim", str(ml.qk_rope_head_dim), "--v-head-dim", str(ml.v_head_dim)]
         if ml.q_lora_rank is not None:
             a += ["--q-lora-rank", str(ml.q_lora_rank)]
-    if m.moe is not None:  # the leading dense layers (ffn_hidden_size), then MoE layers
+    if m.moe is not None:  # the leading dense layers (ffn_hidden_size), then MoE layers, or every layer_step-th
         e = m.moe
-        if e.first_dense_layers:  # Megatron evaluates the string into a per-layer 0/1 list
-            a += ["--moe-layer-freq", f"([0]*{e.first_dense_layers}+[1]*{m.num_layers - e.first_dense_layers})"]
+        if e.first_dense_layers or e.layer_step > 1:  # Megatron evaluates the string into a per-layer 0/1 list
+            a += ["--moe-layer-freq", moe_layer_pattern(m)]
         # priced as planner.cost.moe_time prices it: the all-to-all or DeepEP dispatcher, dropless (Megatron's
         # default capacity None), TE grouped GEMMs over the local experts; the auxiliary loss only
         # nudges the router toward the balance the cost model assumes
@@ -85,6 +99,10 @@ def megatron_args(plan: Plan) -> list[str]:
               "--moe-router-load-balancing-type", "aux_loss",
               "--moe-aux-loss-coeff", "1e-3",
               "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
+        if e.top_k == 1:  # a softmax over one score has no gradient: Megatron requires it before the top-k
+            # [Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py: __post_init__]; the
+            # router's cost is priced either way as its h x E GEMM
+            a += ["--moe-router-pre-softmax"]
         if e.shared_expert_ffn_hidden_size:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_expert_ffn_hidden_size)]
             if e.shared_expert_gate:  # its 1 x h weight per layer is in ModelSpec.moe_layer_params
