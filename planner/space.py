@@ -75,6 +75,8 @@ def layout_problems(
     if gbs % (dp * mbs):
         bad.append(f"global_batch_size({gbs}) % (dp({dp})*micro_batch_size({mbs})) = {gbs % (dp * mbs)} != 0")
     s = training.seq_length
+    if why := chunk_problem(model, training):
+        bad.append(why)
     if cp > 1 and s % (2 * cp):
         bad.append(f"seq_length({s}) % (2*cp({cp})) = {s % (2 * cp)} != 0")
     if (s // cp) % training.loss_chunks:  # ChunkedLossWrapper splits each rank's local sequence
@@ -882,6 +884,15 @@ def _recomputes(L: int, pp: int, v: int, constraints: dict[str, Any],
     return tuple(out)
 
 
+def chunk_problem(model: ModelSpec, training: TrainingSpec) -> str | None:
+    """Why the model's chunked attention cannot be planned at this sequence length (ModelSpec.attention_chunk), or None."""
+    c, s = model.attention_chunk, training.seq_length
+    if c is None or s <= c:
+        return None
+    return (f"seq_length({s}) > attention_chunk({c}): chunked attention is planned only where one chunk spans the "
+            f"sequence (no launch target runs it; causal attention over {s} tokens would be another model)")
+
+
 def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> None:
     """Refuse a workload the cluster or the target framework would not run as priced (one line,
     named): the precision and offload the cluster supports, and what each framework's launch config
@@ -892,6 +903,8 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     """
     check_precision(cluster, training)
     check_offload(cluster, training)
+    if why := chunk_problem(model, training):
+        raise PlannerError(f"training.{why}")
     if training.optimizer_states != "fp32" and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"training.optimizer_states: BF16 Adam states are Megatron's precision-aware optimizer; "
                            f"framework '{framework}' would not run them (use framework='megatron' or 'any')")

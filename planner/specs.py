@@ -296,6 +296,12 @@ class ModelSpec(_Spec):
     sliding_window: _count(MAX_SEQ) | None = None
     """Llama family only: keys a query sees in a windowed layer, itself included (HF sliding_window;
     Megatron --window-size w-1,0). None: every layer attends to its whole causal context."""
+    attention_chunk: _count(MAX_SEQ) | None = None
+    """Chunked attention (Llama 4: 8,192; HF attention_chunk_size): its RoPE layers attend within
+    chunks of this many tokens, every fourth (NoPE) layer to the whole context. Planned only where
+    one chunk spans the sequence (seq_length <= attention_chunk), where every layer is causal over
+    it: no launch target runs chunked attention (megatron-core 0.19.2 has none in training), so a
+    longer sequence would train another model, and is refused (planner.space.chunk_problem)."""
     full_attention_every: _count(MAX_LAYERS) | None = None
     """With sliding_window: layers n, 2n, ... (1-based) attend to the whole context and the others are
     windowed (Megatron --window-attn-skip-freq n; GPT-OSS: 2); None: every layer is windowed."""
@@ -347,6 +353,8 @@ class ModelSpec(_Spec):
             raise ValueError("dropout: llama-family layers are priced without dropout (set it on 'gpt' models only)")
         if self.activation != "swiglu" and self.family == Family.GPT:
             raise ValueError("activation: the 'gpt' family's MLP is GeLU; gated activations are for 'llama'")
+        if self.attention_chunk is not None and self.sliding_window is not None:
+            raise ValueError("attention_chunk: chunked and sliding-window attention together are not modelled")
         if self.full_attention_every is not None and self.sliding_window is None:
             raise ValueError("full_attention_every: needs sliding_window (which layers are windowed, and by how much)")
         if self.sliding_window is not None and self.mla is not None:

@@ -20,6 +20,7 @@ PUBLISHED = [
     ("qwen3-30b-a3b", 30.5e9, 3.3e9),  # Qwen3 model card
     ("qwen3-235b-a22b", 235e9, 22e9),
     ("deepseek-v3", 671e9, 37e9),  # DeepSeek-V3 report §4.2 (MTP's 14B not included)
+    ("llama4-maverick", 400e9, 17e9),  # Llama-4 Maverick model card (text model)
 ]
 
 
@@ -774,3 +775,26 @@ def test_interleaved_layers_search_the_even_split_and_emit_megatrons_pattern():
     lay = Layout(tp=4, pp=4, vpp=2, dp=32, ep=16, etp=1, sequence_parallel=True, first_stage_layers=10,
                  last_stage_layers=10)
     assert any("give pipeline_layers" in p for p in layout_problems(m, c, t, lay))
+
+
+def test_llama4_chunked_attention_is_planned_where_one_chunk_spans_the_sequence():
+    """The catalog's Maverick is the hand-built one with its 8,192-token attention chunks. Up to 8,192
+    tokens one chunk spans the sequence and every layer is causal over it; beyond, no target runs
+    chunked attention, so plan and evaluate refuse it in one line naming the rule."""
+    from planner.errors import InvalidLayout
+
+    m = planner.load_model("llama4-maverick")
+    same = {"name", "sources", "provenance", "attention_chunk"}
+    assert m.attention_chunk == 8192 and m.model_dump(exclude=same) == llama4_maverick().model_dump(exclude=same)
+    c = planner.load_cluster("dgx-h100", nodes=64)
+    lay = Layout(tp=4, dp=128, ep=128, etp=4, sequence_parallel=True, zero_stage=1)
+    at = planner.evaluate(m, c, TrainingSpec(global_batch_size=1024, seq_length=8192), lay)
+    assert at.step_time_s == planner.evaluate(llama4_maverick(), c, TrainingSpec(global_batch_size=1024,
+                                                                                 seq_length=8192), lay).step_time_s
+    long = TrainingSpec(global_batch_size=1024, seq_length=16384)
+    with pytest.raises(PlannerError, match=r"training.seq_length\(16384\) > attention_chunk\(8192\)"):
+        planner.plan(m, c, long)
+    with pytest.raises(InvalidLayout, match=r"seq_length\(16384\) > attention_chunk\(8192\)"):
+        planner.evaluate(m, c, long, lay)
+    with pytest.raises(ValueError, match="'attention_chunk': chunked and sliding-window"):
+        ModelSpec.model_validate({**m.model_dump(), "sliding_window": 4096})
