@@ -195,7 +195,8 @@ def load_cluster(ref: str | Path | ClusterSpec, nodes: int | None = None, **over
 
 # Hugging Face architectures -> how to read their config.json
 _LLAMA_LIKE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
-_MOE_LIKE = {"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"}  # llama layers with gated experts
+_MOE_LIKE = {"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM",
+             "Llama4ForCausalLM"}  # llama layers with gated experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
 _MLA_LIKE = {"DeepseekV3ForCausalLM"}  # DeepSeek-V3, Kimi-K2: MLA, shared experts, leading dense layers
 
@@ -264,6 +265,26 @@ def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                  v_head_dim=_need(cfg, "v_head_dim", name)))
 
 
+def _llama4_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """A Llama4ForCausalLM (llama4_text) config: dense layers of intermediate_size_mlp between MoE
+    layers of num_local_experts experts of intermediate_size (top num_experts_per_tok) beside one
+    shared expert of the same width, every interleave_moe_layer_step-th layer MoE (its moe_layers),
+    and attention_chunk_size-token chunks on the RoPE layers [transformers models/llama4:
+    Llama4TextConfig (moe_layers, no_rope_layers), Llama4TextDecoderLayer, Llama4TextMoe
+    (shared_expert), Llama4TextAttention]. The NoPE layers differ in no parameter or FLOP."""
+    layers, step = _need(cfg, "num_hidden_layers", name), cfg.get("interleave_moe_layer_step", 1)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        raise ConfigImportError(f"{name}: interleave_moe_layer_step = {step!r}: expected a positive integer")
+    moe_layers = cfg.get("moe_layers")
+    if moe_layers is not None and list(moe_layers) != list(range(step - 1, layers, step)):
+        raise ConfigImportError(f"{name}: moe_layers = {moe_layers!r} is not every interleave_moe_layer_step-th layer; "
+                                "other patterns are not modelled")
+    e = _need(cfg, "intermediate_size", name)
+    return dict(ffn_hidden_size=_need(cfg, "intermediate_size_mlp", name), attention_chunk=cfg.get("attention_chunk_size"),
+                moe=dict(num_experts=_need(cfg, "num_local_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+                         expert_ffn_hidden_size=e, shared_expert_ffn_hidden_size=e, layer_step=step))
+
+
 def _gpt_oss_attention(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """GPT-OSS's layers: biased linears, a learnable sink per head, the clamped quick-GELU GLU, and a
     window on the layers layer_types marks sliding ('full_attention' every n-th layer, 1-based, as
@@ -310,8 +331,9 @@ def _refuse_unmodelled(cfg: dict[str, Any], name: str, moe: bool = False, mla: b
 def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
-    Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen2-MoE, Qwen3-MoE and GPT-OSS (llama family
-    with gated experts; GPT-OSS with its windows, sinks and biases), DeepSeek-V3's architecture
+    Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama-4's
+    text model (llama family with gated experts; GPT-OSS with its windows, sinks and biases, Llama-4 with
+    dense layers between MoE ones and chunked attention), DeepSeek-V3's architecture
     (DeepSeek-V3, Kimi-K2: multi-latent attention, shared experts), GPT-2 and GPT-NeoX (gpt family).
 
     Raises:
@@ -321,6 +343,10 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
         raise ConfigImportError(f"{name}: config.json must be a JSON object")
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if arch == "Llama4ForConditionalGeneration":
+        raise ConfigImportError(f"{name}: Llama4ForConditionalGeneration carries a vision encoder (vision_config), which "
+                                "is not modelled; to plan the language model, give its text_config with "
+                                "\"architectures\": [\"Llama4ForCausalLM\"]")
     supported = sorted(_LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE)
     if arch not in _LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE:
         shown = arch if arch is None or arch.isprintable() else arch.encode("unicode_escape").decode()
@@ -347,14 +373,17 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
             kv_channels=head_dim if head_dim is not None and not (
                 isinstance(h, int) and isinstance(heads, int) and heads and head_dim == h // heads and h % heads == 0)
             else None,
-            ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
+            ffn_hidden_size=None if arch == "Llama4ForCausalLM" else _need(cfg, "intermediate_size", name),
+            vocab_size=_need(cfg, "vocab_size", name),
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=arch in ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")  # Qwen2's attention always has Q/K/V biases
             or (bool(cfg.get("attention_bias", False)) and arch != "GptOssForCausalLM"),
             qk_norm=arch == "Qwen3MoeForCausalLM",  # Qwen3's attention always normalises Q and K per head
         )
         spec.update(_gpt_oss_attention(cfg, name) if arch == "GptOssForCausalLM" else _window_of(cfg, arch, name))
-        if arch in _MOE_LIKE:
+        if arch == "Llama4ForCausalLM":
+            spec.update(_llama4_of(cfg, name))
+        elif arch in _MOE_LIKE:
             spec["moe"] = _moe_of(cfg, arch, name)
     elif arch == "GPT2LMHeadModel":
         h = _need(cfg, "n_embd", name)

@@ -798,3 +798,29 @@ def test_llama4_chunked_attention_is_planned_where_one_chunk_spans_the_sequence(
         planner.evaluate(m, c, long, lay)
     with pytest.raises(ValueError, match="'attention_chunk': chunked and sliding-window"):
         ModelSpec.model_validate({**m.model_dump(), "sliding_window": 4096})
+
+
+LLAMA4_MAVERICK_HF = {  # meta-llama/Llama-4-Maverick-17B-128E text_config, as a Llama4ForCausalLM config
+    "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "hidden_size": 5120,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_hidden_layers": 48, "num_attention_heads": 40,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 202048, "num_local_experts": 128,
+    "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "attention_chunk_size": 8192, "use_qk_norm": False,
+    "tie_word_embeddings": False, "attention_bias": False}
+
+
+def test_hf_import_of_llama4():
+    """Llama4ForCausalLM: dense MLPs of intermediate_size_mlp between MoE layers of intermediate_size
+    experts and one shared expert as wide, every interleave_moe_layer_step-th layer MoE, chunked
+    attention: Maverick's text config is the catalog entry. Scout's Q/K L2 norm (use_qk_norm), a
+    moe_layers list off the step, and the multimodal wrapper (with its vision encoder) are refused."""
+    m = model_from_hf_config(LLAMA4_MAVERICK_HF, "maverick")
+    same = {"name", "sources", "provenance"}
+    assert m.model_dump(exclude=same) == planner.load_model("llama4-maverick").model_dump(exclude=same)
+    with pytest.raises(ConfigImportError, match="use_qk_norm"):
+        model_from_hf_config(dict(LLAMA4_MAVERICK_HF, use_qk_norm=True, num_local_experts=16,
+                                  interleave_moe_layer_step=1), "scout")
+    with pytest.raises(ConfigImportError, match="moe_layers = .* not every interleave_moe_layer_step-th layer"):
+        model_from_hf_config(dict(LLAMA4_MAVERICK_HF, moe_layers=[0, 2, 4]), "x")
+    assert model_from_hf_config(dict(LLAMA4_MAVERICK_HF, moe_layers=list(range(1, 48, 2))), "x").moe_layers == 24
+    with pytest.raises(ConfigImportError, match="vision encoder .*text_config"):
+        model_from_hf_config({"architectures": ["Llama4ForConditionalGeneration"], "text_config": LLAMA4_MAVERICK_HF}, "x")

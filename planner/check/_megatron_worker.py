@@ -148,26 +148,42 @@ def _validate(p: dict) -> dict:
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 
+def _start(p: dict) -> tuple[int, int]:
+    """Fork a child that validates one configuration and writes its result to a pipe: (pid, read end)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: validate one configuration, report, exit without cleanup
+        os.close(r)
+        try:
+            out = _validate(p)
+        except BaseException as e:  # noqa: BLE001 - report anything, never hang the parent
+            out = {"ok": False, "stage": "worker", "message": f"{type(e).__name__}: {e}"}
+        with os.fdopen(w, "w") as f:
+            f.write(json.dumps(out))
+        os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def _finish(pid: int, r: int) -> str:
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return data if data else json.dumps({"ok": False, "stage": "worker", "message": "the child died"})
+
+
 def main() -> int:
+    """One result line per configuration, in input order; as many children at a time as there are CPUs."""
     payloads = json.loads(sys.stdin.read())
     _setup()
+    width = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
+    running: list[tuple[int, int]] = []
     for p in payloads:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child: validate one configuration, report, exit without cleanup
-            os.close(r)
-            try:
-                out = _validate(p)
-            except BaseException as e:  # noqa: BLE001 - report anything, never hang the parent
-                out = {"ok": False, "stage": "worker", "message": f"{type(e).__name__}: {e}"}
-            with os.fdopen(w, "w") as f:
-                f.write(json.dumps(out))
-            os._exit(0)
-        os.close(w)
-        with os.fdopen(r) as f:
-            data = f.read()
-        os.waitpid(pid, 0)
-        print(data if data else json.dumps({"ok": False, "stage": "worker", "message": "the child died"}), flush=True)
+        if len(running) == width:
+            print(_finish(*running.pop(0)), flush=True)
+        running.append(_start(p))
+    for child in running:
+        print(_finish(*child), flush=True)
     return 0
 
 
