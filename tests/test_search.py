@@ -68,7 +68,7 @@ def peak_units(p):
     return int(p.memory.capacity // 2**20) - p.memory_margin_units
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=45, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_cpsat_equals_enumerator(inst):
     """Brute force over every configuration and every layer split (L <= 16, p <= 4), priced by
@@ -371,7 +371,7 @@ def moe_instances(draw):
     return model, cluster, training, "megatron"
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(moe_instances())
 def test_cpsat_equals_enumerator_on_moe_models(inst):
     """Expert parallelism, the first rank's dense layers, dense layers between MoE ones and MLA: the
