@@ -216,6 +216,11 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
                 "kv_lora_rank": "multi-latent attention"}
 
 
+def _positive_int(v: Any, key: str, name: str) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ConfigImportError(f"{name}: {key} = {v!r}: expected a positive integer")
+
+
 def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     """The MoE fields of a Mixtral, Qwen2-MoE or Qwen3-MoE config (Qwen2-MoE's gated shared expert).
     Qwen's decoder_sparse_step n makes layers n - 1, 2n - 1, ... MoE and the others dense
@@ -228,8 +233,7 @@ def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     if dense:
         raise ConfigImportError(f"{name}: mlp_only_layers = {dense!r}: dense layers chosen by index are not modelled "
                                 "(refused rather than counted as MoE)")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        raise ConfigImportError(f"{name}: decoder_sparse_step = {step!r}: expected a positive integer")
+    _positive_int(step, "decoder_sparse_step", name)
     moe = dict(num_experts=_need(cfg, "num_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name), layer_step=step)
     if arch == "Qwen2MoeForCausalLM":  # one gated shared expert [transformers models/qwen2_moe:
@@ -273,8 +277,7 @@ def _llama4_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     Llama4TextConfig (moe_layers, no_rope_layers), Llama4TextDecoderLayer, Llama4TextMoe
     (shared_expert), Llama4TextAttention]. The NoPE layers differ in no parameter or FLOP."""
     layers, step = _need(cfg, "num_hidden_layers", name), cfg.get("interleave_moe_layer_step", 1)
-    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        raise ConfigImportError(f"{name}: interleave_moe_layer_step = {step!r}: expected a positive integer")
+    _positive_int(step, "interleave_moe_layer_step", name)
     moe_layers = cfg.get("moe_layers")
     if moe_layers is not None and list(moe_layers) != list(range(step - 1, layers, step)):
         raise ConfigImportError(f"{name}: moe_layers = {moe_layers!r} is not every interleave_moe_layer_step-th layer; "

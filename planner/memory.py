@@ -628,28 +628,25 @@ def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
     layer (ModelSpec.is_moe_layer), over its virtual stages: pipeline_layers', else the layout's split
     (stage_layers; with interleaving, equal chunks: planner.space allows no other), which the search
     therefore does not vary (Space.free_split is off for such models)."""
-    if model.moe is not None and model.moe.layer_step > 1:
-        p, v = layout.pp, layout.vpp
-        chunks = layout.pipeline_layers
-        if chunks is None:
-            chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
-        held, start = 0, 0
-        for i, n in enumerate(chunks):
-            if i % p == stage:
-                held += sum(not model.is_moe_layer(j) for j in range(start, start + n))
-            start += n
-        return held
-    k = model.moe.first_dense_layers if model.moe is not None else 0
-    if not k:
+    if model.moe is None:
         return 0
-    if layout.pipeline_layers is None:
-        return k if stage == 0 else 0
-    held = 0
-    for i, n in enumerate(layout.pipeline_layers):
-        take = min(n, k)
-        k -= take
-        held += take if i % layout.pp == stage else 0
-    return held
+    if model.moe.layer_step == 1 and layout.pipeline_layers is None:
+        return model.moe.first_dense_layers if stage == 0 else 0
+    chunks = layout.pipeline_layers
+    if chunks is None:
+        p, v = layout.pp, layout.vpp
+        chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
+    return sum(not model.is_moe_layer(j) for j in rank_layer_numbers(chunks, layout.pp, stage))
+
+
+def rank_layer_numbers(chunks, pp: int, stage: int):
+    """Global layer numbers pipeline rank `stage` holds, its virtual stages' layer counts `chunks`
+    placed in Megatron's order (virtual stage i on rank i % pp)."""
+    start = 0
+    for i, n in enumerate(chunks):
+        if i % pp == stage:
+            yield from range(start, start + n)
+        start += n
 
 
 def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int) -> int:
@@ -668,12 +665,7 @@ def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, sta
         return (k1 if stage == 0 else 0) + (k2 if stage == p - 1 else 0)
     L = model.num_layers
     ends = set(range(min(k1, L))) | set(range(max(0, L - k2), L))  # global layer numbers
-    held, start = 0, 0
-    for i, n in enumerate(layout.pipeline_layers):
-        if i % p == stage:  # the virtual stage holds global layers [start, start + n)
-            held += sum(start <= j < start + n for j in ends)
-        start += n
-    return held
+    return sum(j in ends for j in rank_layer_numbers(layout.pipeline_layers, p, stage))
 
 
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
