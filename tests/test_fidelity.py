@@ -65,6 +65,32 @@ def test_published_peaks_inside_the_95_percent_memory_interval(results):
         assert 0.8 < p.peak_memory_bytes / r.peak_mem_bytes < 1.0  # counted short, by at most a fifth
 
 
+def test_a_fit_reuses_a_row_only_across_fields_its_kernels_do_not_read():
+    """benchmarks/calibrate.py evaluates a row once per values of the calibration fields its kernel
+    family reads (calibrate.read_by): moving a paired field of the other family (x / x_unfused)
+    leaves the row's step time exactly unchanged (its own family's move it)."""
+    import calibrate
+
+    from planner.specs import Calibration
+
+    runs = load_runs() + load_runs(low_precision=True)
+    paired = [k for k in Calibration.model_fields if f"{k}_unfused" in Calibration.model_fields]
+    paired += [f"{k}_unfused" for k in paired]
+    assert {"elementwise_passes_unfused", "attention_efficiency", "fp8_gemm_in_training"} <= set(paired)
+    for kernels in ("fused", "unfused"):
+        for fp8 in (None, "delayed"):
+            r = next(r for r in runs if r.training.kernels == kernels and (r.training.fp8 is None) == (fp8 is None))
+            base = planner.evaluate(r.model, r.cluster, r.training, r.layout).step_time_s
+            moves = set()
+            for key in paired:
+                cal = r.cluster.calibration.model_copy(update={key: getattr(r.cluster.calibration, key) * 0.8})
+                moved = planner.evaluate(r.model, r.cluster.model_copy(update={"calibration": cal}), r.training, r.layout)
+                if moved.step_time_s != base:
+                    moves.add(key)
+            assert moves and all(calibrate.read_by(kernels, k) for k in moves), (r.id, moves)
+            assert ("elementwise_passes" in moves) == (kernels == "fused") and calibrate.read_by(kernels, "dp_overlap")
+
+
 @pytest.fixture(scope="module")
 def out_of_sample():
     """Per workload (dense BF16/FP16, dense FP8, MoE): ln(measured / predicted step time) of every
