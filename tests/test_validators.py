@@ -83,6 +83,28 @@ def megatron_path(tmp_path_factory):
     return path
 
 
+def test_a_megatron_that_cannot_be_imported_is_a_one_line_error_and_the_next_check_runs(tmp_path, monkeypatch,
+                                                                                        megatron_path):
+    """The worker is kept between checks, per import path: one whose Megatron fails to import is
+    reported in one line naming the cause, and dropped; the real one still serves the next check."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    fake = tmp_path / "megatron" / "training"
+    fake.mkdir(parents=True)
+    (tmp_path / "megatron" / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "arguments.py").write_text("raise RuntimeError('planted import failure')\n")
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1),
+                         TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=8))
+    payload = megatron_payload(p.to_megatron().args, 8, p.to_megatron().env, p.cluster.gpu.arch)
+    with monkeypatch.context() as env:
+        env.setenv("MEGATRON_PATH", str(tmp_path))
+        with pytest.raises(planner.PlannerError, match="could not run: RuntimeError: planted import failure$"):
+            check_megatron([payload])
+    assert [r.ok for r in check_megatron([payload, payload])] == [True, True]
+
+
 def _expected_split(p):
     """Layers per rank and virtual stage the plan priced: its explicit split, else even chunks."""
     lay, v = p.layout, p.layout.vpp

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,25 +83,85 @@ def fetch_megatron(folder: str) -> str:
     return target
 
 
+_WORKERS: dict[tuple, tuple[subprocess.Popen, Any]] = {}
+"""One Megatron worker per interpreter, folder and import path (MEGATRON_PATH, PYTHONPATH), started
+on first use and kept for the process's later checks (importing Megatron and torch is most of a
+check's time); it exits when its stdin closes."""
+
+
+from planner.check._megatron_worker import READY, VERDICT  # noqa: E402 - standard library only
+
+
+def _read_lines(proc: subprocess.Popen, count: int, deadline: float) -> list[str] | None:
+    """`count` verdict lines from the worker's stdout (without their prefix; other lines are
+    Megatron's prints) before `deadline` (time.monotonic), None if it closes or the deadline passes
+    first. Reads the raw pipe: a buffered reader could hold lines that select() no longer sees."""
+    import select
+    import time
+
+    fd, buf, lines = proc.stdout.fileno(), b"", []
+    while len(lines) < count:
+        while b"\n" in buf and len(lines) < count:
+            line, buf = buf.split(b"\n", 1)
+            if line.startswith(VERDICT.encode()):
+                lines.append(line[len(VERDICT):].decode())
+        if len(lines) == count:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        buf += chunk
+    return lines  # the worker prints nothing after a batch's last verdict, so no bytes are left over
+
+
+def _worker_failed(key: tuple, what: str):
+    from planner.errors import PlannerError
+
+    proc, err = _WORKERS.pop(key)
+    proc.kill()
+    proc.wait()
+    err.seek(0)
+    tail = (err.read().decode(errors="replace").strip().splitlines() or [what])[-1]
+    err.close()
+    return PlannerError(f"the Megatron validator could not run: {tail}")
+
+
 def check_megatron(payloads: list[dict], *, timeout_s: float = 600.0) -> list[CheckResult]:
     """Validate Megatron configurations with Megatron's own code (parse_args, validate_args, the
     micro-batch calculator, TransformerConfig, process groups on torch's fake backend, the layer
-    split per pipeline rank and virtual stage). One worker process imports Megatron once and
-    forks a child per configuration.
+    split per pipeline rank and virtual stage). One worker process imports Megatron once and forks
+    a child per configuration, in this process's environment; it serves this process's later calls too.
 
     Raises:
-        PlannerError: Megatron cannot be imported (with what to install).
+        PlannerError: Megatron cannot be imported (with what to install), or the worker dies or
+            runs past timeout_s.
     """
-    from planner.errors import PlannerError
+    import time
 
     if not payloads:
         return []
-    proc = subprocess.run([sys.executable, "-m", "planner.check._megatron_worker"], input=json.dumps(payloads),
-                          capture_output=True, text=True, timeout=timeout_s, env=os.environ.copy())
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or len(lines) != len(payloads):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PlannerError(f"the Megatron validator could not run: {tail}")
+    deadline = time.monotonic() + timeout_s
+    env = os.environ.copy()
+    # what the import sees; each check runs in the caller's environment of the moment (the batch's env)
+    key = (sys.executable, os.getcwd(), env.get("MEGATRON_PATH"), env.get("PYTHONPATH"))
+    if key not in _WORKERS:
+        err = tempfile.TemporaryFile()  # a file, not a pipe: a worker's warnings over many checks never fill it
+        _WORKERS[key] = subprocess.Popen([sys.executable, "-m", "planner.check._megatron_worker"], env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         bufsize=0), err
+        if _read_lines(_WORKERS[key][0], 1, deadline) != [READY]:
+            raise _worker_failed(key, "no output")
+    proc = _WORKERS[key][0]
+    try:
+        proc.stdin.write((json.dumps({"env": env, "payloads": payloads}) + "\n").encode())
+    except (BrokenPipeError, OSError):
+        raise _worker_failed(key, "the worker exited") from None
+    lines = _read_lines(proc, len(payloads), deadline)
+    if lines is None or not all(ln.startswith("{") for ln in lines):
+        raise _worker_failed(key, f"no verdict within {timeout_s:.0f} s" if lines is None else "unexpected output")
     return [CheckResult(**json.loads(ln)) for ln in lines]
 
 

@@ -1,7 +1,9 @@
-"""Worker: reads a JSON list of Megatron payloads on stdin, prints one JSON verdict per line.
+"""Worker: reads batches of Megatron payloads on stdin, one JSON object per line ({"env": the
+caller's environment, "payloads": [...]}), and prints one JSON verdict per payload, a line each, in
+input order; it serves batches until stdin closes.
 
-Imports Megatron once, then forks a child per configuration so each starts from clean global
-state (Megatron keeps its arguments, calculators and process groups in module globals).
+Imports Megatron once (then prints READY), and forks a child per configuration so each starts from
+clean global state (Megatron keeps its arguments, calculators and process groups in module globals).
 """
 
 from __future__ import annotations
@@ -148,12 +150,15 @@ def _validate(p: dict) -> dict:
     return {"ok": True, "stage": "done", "message": "", "details": details}
 
 
-def _start(p: dict) -> tuple[int, int]:
-    """Fork a child that validates one configuration and writes its result to a pipe: (pid, read end)."""
+def _start(p: dict, env: dict) -> tuple[int, int]:
+    """Fork a child that validates one configuration in the caller's environment `env` and writes
+    its result to a pipe: (pid, read end)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: validate one configuration, report, exit without cleanup
         os.close(r)
+        os.environ.clear()
+        os.environ.update(env)
         try:
             out = _validate(p)
         except BaseException as e:  # noqa: BLE001 - report anything, never hang the parent
@@ -172,18 +177,26 @@ def _finish(pid: int, r: int) -> str:
     return data if data else json.dumps({"ok": False, "stage": "worker", "message": "the child died"})
 
 
+READY = "READY"
+VERDICT = "VERDICT "
+"""Prefixes each result line: Megatron's own prints on stdout are other lines."""
+
+
 def main() -> int:
-    """One result line per configuration, in input order; as many children at a time as there are CPUs."""
-    payloads = json.loads(sys.stdin.read())
+    """Per input line (a batch): one result line per configuration, in input order; as many
+    children at a time as there are CPUs."""
     _setup()
+    print(VERDICT + READY, flush=True)
     width = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
-    running: list[tuple[int, int]] = []
-    for p in payloads:
-        if len(running) == width:
-            print(_finish(*running.pop(0)), flush=True)
-        running.append(_start(p))
-    for child in running:
-        print(_finish(*child), flush=True)
+    for line in sys.stdin:
+        batch = json.loads(line)
+        running: list[tuple[int, int]] = []
+        for p in batch["payloads"]:
+            if len(running) == width:
+                print(VERDICT + _finish(*running.pop(0)), flush=True)
+            running.append(_start(p, batch["env"]))
+        for child in running:
+            print(VERDICT + _finish(*child), flush=True)
     return 0
 
 
