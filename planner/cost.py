@@ -1061,7 +1061,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                                        window)[1], 0.0
         else:
             _, rs, rs_out = units.times(cluster, group, "reducescatter", grad_b)
-        _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
+        first, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
         chunked = uses_torchtitan(training) and training.loss_chunks > 1
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and
@@ -1074,9 +1074,11 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                 t += m * out + (m - 1) * max(0.0, rs_out - cluster.calibration.dp_overlap * layers * lt.bwd)
             return t
         # the backward gathers again, but torchtitan does not reshard [norm, output] after the forward
-        # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder) -- unless the chunked loss
+        # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder), nor, with tied embeddings,
+        # the one unit [tok_embeddings, norm, output] that replaces both -- unless the chunked loss
         # resharded it (torchtitan_engine [Loss])
-        again = ag - out if uses_torchtitan(training) and not chunked else ag
+        kept = out + (first if model.tied_embeddings and units.embedding > 0 else 0.0)
+        again = ag - kept if uses_torchtitan(training) and not chunked else ag
         if fsdp2_offload:
             return _fsdp2_offload_dp_time(cluster, sh, units, m, ag + again + rs, window)
         return m * max(0.0, ag + again + rs - window)

@@ -350,6 +350,37 @@ def test_chunked_loss_regathers_the_output_layer_every_backward(pp):
         assert out.get("fsdp2_output_layer") == (2 + 2) * 525_336_576
 
 
+def test_tied_embeddings_stay_gathered_for_the_backward_in_one_unit():
+    """With tied weights torchtitan wraps [tok_embeddings, norm, output] as one FSDP unit, not
+    resharded after the forward (reshard_after_forward only under the "always" policy) [torchtitan
+    0.3 distributed/fsdp.py: apply_fsdp_to_decoder, enable_weight_tying]: the backward regathers the
+    blocks only. Llama-3-8B tied (the 525,336,576-parameter embedding, norm 4,096), pp 1 x dp 8 on
+    one node, nothing hidden, m = 8: against the untied twin, whose embedding is resharded and
+    regathered, the step drops the embedding's backward gather, and the output layer's weight leaves
+    the [norm, output] unit's forward gather and gradient reduce-scatter (the norm is still its own
+    collective here: ShardUnits splits the tied unit into embedding and norm, one latency more)."""
+    from planner.comm import collective_time
+    from planner.cost import stage_dp_time
+    from planner.topology import group_placement
+
+    untied = planner.load_model("llama3-8b")
+    tied = untied.model_copy(update={"tied_embeddings": True})
+    c = planner.load_cluster("dgx-h100", nodes=1)
+    bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.0})})
+    lay = Layout(tp=1, pp=1, dp=8, zero_stage=3, micro_batch_size=1)
+    whole = _titan().model_copy(update={"loss_chunks": 1})
+    group = group_placement(bare, lay, "dpcp")
+    emb, norm = 525_336_576, 4096
+
+    def ag(n):
+        return collective_time(bare, group, "allgather", 2 * n)
+
+    def rs(n):
+        return collective_time(bare, group, "reducescatter", 4 * n)
+    saved = stage_dp_time(untied, bare, whole, lay, 0, 32) - stage_dp_time(tied, bare, whole, lay, 0, 32)
+    assert saved == pytest.approx(8 * (ag(emb + norm) - ag(norm) + ag(emb) + rs(emb + norm) - rs(norm)), rel=1e-9)
+
+
 def test_fsdp2_under_torchtitans_pipeline_accumulates_in_fp32_every_micro_batch():
     """With gradient sync off until the last backward, FSDP2's post-backward casts the first
     micro-batch's unsharded BF16 gradient to the FP32 reduce dtype (read 2, write 4) and adds each
