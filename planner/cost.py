@@ -995,13 +995,22 @@ class ShardUnits:
     layer: float
     layers: int
     output: float
+    tied: bool = False
+    """The embedding and the output layer are one weight on this rank (tied, no pipeline): torchtitan
+    wraps [tok_embeddings, norm, output] as one unit, kept gathered with the output layer's."""
+
+    @property
+    def output_unit(self) -> float:
+        """Parameters of the unit the output layer is in (the embedding too where tied)."""
+        return self.output + (self.embedding if self.tied else 0.0)
 
     def times(self, cluster: ClusterSpec, group, op: str, bytes_per: float) -> tuple[float, float, float]:
-        """(the unit ready last in backward, all units, the output unit) seconds of one pass of `op`
-        over the units at `bytes_per` bytes a parameter."""
+        """(the unit ready last in backward, all units, the output layer's unit) seconds of one pass of
+        `op` over the units at `bytes_per` bytes a parameter (the embedding and the norm as two
+        collectives where tied: one latency more than torchtitan's one)."""
         emb, layer, out = (collective_time(cluster, group, op, p * bytes_per) if p > 0 else 0.0
                            for p in (self.embedding, self.layer, self.output))
-        return (emb if self.embedding > 0 else layer), emb + self.layers * layer + out, out
+        return (emb if self.embedding > 0 else layer), emb + self.layers * layer + out, out + (emb if self.tied else 0.0)
 
 
 def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> ShardUnits:
@@ -1013,7 +1022,7 @@ def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> Sh
         out = model.output_params + (model.vocab_size * model.hidden_size if model.tied_embeddings and p > 1 else 0)
         out /= tp
     rest = stage_params(model, layout, stage, layers) - emb - out
-    return ShardUnits(emb, rest / max(1, layers), layers, out)
+    return ShardUnits(emb, rest / max(1, layers), layers, out, model.tied_embeddings and p == 1)
 
 
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
@@ -1061,7 +1070,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
                                        window)[1], 0.0
         else:
             _, rs, rs_out = units.times(cluster, group, "reducescatter", grad_b)
-        first, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
+        _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
         chunked = uses_torchtitan(training) and training.loss_chunks > 1
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and
@@ -1077,8 +1086,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         # (reshard_after_forward=False for that unit: apply_fsdp_to_decoder), nor, with tied embeddings,
         # the one unit [tok_embeddings, norm, output] that replaces both -- unless the chunked loss
         # resharded it (torchtitan_engine [Loss])
-        kept = out + (first if model.tied_embeddings and units.embedding > 0 else 0.0)
-        again = ag - kept if uses_torchtitan(training) and not chunked else ag
+        again = ag - out if uses_torchtitan(training) and not chunked else ag
         if fsdp2_offload:
             return _fsdp2_offload_dp_time(cluster, sh, units, m, ag + again + rs, window)
         return m * max(0.0, ag + again + rs - window)
@@ -1106,14 +1114,14 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 def _fsdp2_offload_dp_time(cluster: ClusterSpec, sh, units: ShardUnits, m: int, collectives: float,
                            window: float) -> float:
     """stage_dp_time of FSDP2 under CPU offload (torchtitan_engine [Offload]), pp = 1: every unshard
-    first copies its FP32 shards to the GPU (forward, and backward but for [norm, output]), every
+    first copies its FP32 shards to the GPU (forward, and backward but for the output layer's unit), every
     micro-batch copies its reduced FP32 shard to the host, all on the streams of the collectives they
     feed, hidden with them by calibration.dp_overlap of the compute (window). The micro-batches after
     the first copy theirs blocking and add them on the CPU into the host gradient: ASSUMPTION, both
     exposed (the host thread waits, then runs the add, before it launches more backward)."""
     link, share = cluster.host.link_bandwidth, host_stream_share(cluster)
     shard = sh.params / sh.dp
-    h2d = OFFLOAD_H2D_BYTES_FSDP2 * (2 * shard - units.output / sh.dp) / link
+    h2d = OFFLOAD_H2D_BYTES_FSDP2 * (2 * shard - units.output_unit / sh.dp) / link
     d2h = OFFLOAD_D2H_BYTES_FSDP2 * shard / link
     first = max(0.0, collectives + h2d + d2h - window)
     later = max(0.0, collectives + h2d - window) + d2h + CPU_ACCUMULATE_BYTES * shard / share

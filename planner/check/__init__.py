@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from planner.check._megatron_worker import READY, VERDICT  # its module imports the standard library only
 
 __all__ = ["CheckResult", "check_megatron", "check_deepspeed", "check_torchtitan", "megatron_payload",
            "megatron_available", "fetch_megatron", "MEGATRON_CORE"]
@@ -89,16 +93,10 @@ on first use and kept for the process's later checks (importing Megatron and tor
 check's time); it exits when its stdin closes."""
 
 
-from planner.check._megatron_worker import READY, VERDICT  # noqa: E402 - standard library only
-
-
 def _read_lines(proc: subprocess.Popen, count: int, deadline: float) -> list[str] | None:
     """`count` verdict lines from the worker's stdout (without their prefix; other lines are
     Megatron's prints) before `deadline` (time.monotonic), None if it closes or the deadline passes
     first. Reads the raw pipe: a buffered reader could hold lines that select() no longer sees."""
-    import select
-    import time
-
     fd, buf, lines = proc.stdout.fileno(), b"", []
     while len(lines) < count:
         while b"\n" in buf and len(lines) < count:
@@ -139,8 +137,6 @@ def check_megatron(payloads: list[dict], *, timeout_s: float = 600.0) -> list[Ch
         PlannerError: Megatron cannot be imported (with what to install), or the worker dies or
             runs past timeout_s.
     """
-    import time
-
     if not payloads:
         return []
     deadline = time.monotonic() + timeout_s
