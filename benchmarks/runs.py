@@ -388,6 +388,19 @@ def _stage_split(layers: int, stages: int) -> tuple[int, ...] | None:
     return (layers - k * (stages - 2),) + (k,) * (stages - 2) + (0,)
 
 
+def _moe_measured_tokens(row: dict) -> float | None:
+    """Tokens per second per GPU as the row measured them: the published per-GPU figure, else the
+    published step time (seq x GBS / step / GPUs), which is what dgxc-benchmarking measures. Its
+    printed total throughput is not used: for the 512-GPU Grok-1 columns it is half of seq x GBS /
+    step time (the rows' notes), and the step time is the primary measurement."""
+    meas = row["measured"]
+    if isinstance(meas.get("tokens_per_sec_per_gpu"), (int, float)):
+        return float(meas["tokens_per_sec_per_gpu"])
+    if meas.get("step_time_s"):
+        return row["seq_len"] * row["global_batch_seqs"] / meas["step_time_s"] / row["num_gpus"]
+    return (row.get("derived") or {}).get("tokens_per_sec_per_gpu")
+
+
 def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str, str]]]:
     """The MoE rows the planner can price as Runs, and (id, reason) for the others.
 
@@ -405,7 +418,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         fp8 = _moe_fp8(r.get("precision") or "", r["source_group"])
         model = _moe_model(r)
         cluster = _cluster_for(r["gpu_type"], r["num_gpus"], r.get("gpus_per_node") or 8)
-        tokens = r["measured"].get("tokens_per_sec_per_gpu") or (r.get("derived") or {}).get("tokens_per_sec_per_gpu")
+        tokens = _moe_measured_tokens(r)
         rc = _recompute(r.get("recompute")) or ("none" if r.get("recompute") is None else None)
         why = (model if isinstance(model, str) else
                "NVFP4 is not priced" if fp8 is False else

@@ -53,8 +53,8 @@ PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {
     ('dense', None, None): PredictionError(step_time_bias=-0.0124, step_time_sigma=0.1374, ranking_sigma=0.1292, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs and kernels), each predicted out of its source group"),
     ('low-precision', None, 'unfused'): PredictionError(step_time_bias=-0.0384, step_time_sigma=0.1659, ranking_sigma=0.0595, memory_bias=0.1424, memory_sigma=0.0858, basis="20 published FP8 runs (4 source groups; all GPUs, memory from unfused-kernel peaks), each predicted out of its source group"),
     ('low-precision', None, None): PredictionError(step_time_bias=-0.0384, step_time_sigma=0.1659, ranking_sigma=0.0595, memory_bias=0.0000, memory_sigma=0.0500, basis="20 published FP8 runs (4 source groups; all GPUs and kernels), each predicted out of its source group"),
-    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.0277, step_time_sigma=0.3070, ranking_sigma=0.3027, memory_bias=0.0000, memory_sigma=0.0500, basis="64 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
-    ('moe', None, None): PredictionError(step_time_bias=0.0844, step_time_sigma=0.3126, ranking_sigma=0.3082, memory_bias=0.0000, memory_sigma=0.0500, basis="76 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
+    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.0277, step_time_sigma=0.2820, ranking_sigma=0.2737, memory_bias=0.0000, memory_sigma=0.0500, basis="64 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
+    ('moe', None, None): PredictionError(step_time_bias=0.0844, step_time_sigma=0.2965, ranking_sigma=0.2884, memory_bias=0.0000, memory_sigma=0.0500, basis="76 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
 }
 POOLED = PUBLISHED[("dense", None, None)]
 

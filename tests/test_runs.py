@@ -72,3 +72,16 @@ def test_moe_rows_run_their_recipes_recompute_modules_and_fp8_weights():
     assert len(RECIPE_CORRECTIONS) == 3
     for rid in RECIPE_CORRECTIONS:
         assert runs[rid].layout.recompute == "none"
+
+
+def test_moe_rows_read_the_published_step_time_before_a_printed_total():
+    """dgxc-benchmarking measures the step time; its printed total throughput for the 512-GPU Grok-1
+    columns is half of seq x GBS / step (the rows' notes). Grok-1 BF16 on 512 GB200: 8192 x 1024 /
+    7.324 s / 512 = 2237.0 tokens/s per GPU (the printed total gives 1118.5); on 128 GPUs the two
+    agree: 8192 x 256 / 7.325 / 128 = 2236.7."""
+    from runs import load_moe_runs
+
+    runs = {r.id: r for r in load_moe_runs()[0]}
+    assert runs["dgxc_v25.05_grok1_314b_gb200_512gpu_bf16"].tokens_per_s_per_gpu == pytest.approx(2237.0, abs=0.1)
+    assert runs["dgxc_v25.05_grok1_314b_gb200_128gpu_bf16"].tokens_per_s_per_gpu == pytest.approx(2236.7, abs=0.1)
+    assert runs["mbridge_26.08_dgx-gb200_gpt_oss_120b_64gpu_mxfp8"].tokens_per_s_per_gpu == 28672  # printed per GPU
