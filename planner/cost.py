@@ -1006,11 +1006,16 @@ class ShardUnits:
 
     def times(self, cluster: ClusterSpec, group, op: str, bytes_per: float) -> tuple[float, float, float]:
         """(the unit ready last in backward, all units, the output layer's unit) seconds of one pass of
-        `op` over the units at `bytes_per` bytes a parameter (the embedding and the norm as two
-        collectives where tied: one latency more than torchtitan's one)."""
-        emb, layer, out = (collective_time(cluster, group, op, p * bytes_per) if p > 0 else 0.0
-                           for p in (self.embedding, self.layer, self.output))
-        return (emb if self.embedding > 0 else layer), emb + self.layers * layer + out, out + (emb if self.tied else 0.0)
+        `op` over the units at `bytes_per` bytes a parameter. Where tied, the embedding, the norm and
+        the output are one unit and one collective: the first gathered and the last reduced."""
+        def one(p: float) -> float:
+            return collective_time(cluster, group, op, p * bytes_per) if p > 0 else 0.0
+        layer = one(self.layer)
+        if self.tied:
+            unit = one(self.output_unit)
+            return unit, unit + self.layers * layer, unit
+        emb, out = one(self.embedding), one(self.output)
+        return (emb if self.embedding > 0 else layer), emb + self.layers * layer + out, out
 
 
 def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> ShardUnits:
