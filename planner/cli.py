@@ -518,7 +518,7 @@ def _cmd_evaluate(a, out: Console) -> int:
     if p.memory.host:
         host = p.memory.host[st.stage]
         out.print(f"host memory per GPU, stage {st.stage}: {host / GiB:.2f} GiB of offloaded optimizer states "
-                  f"({offload_host_note(p.training)}) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
+                  f"({offload_host_note(p.training, p.layout.zero_stage)}) of {p.memory.host_capacity / GiB:.1f} GiB", markup=False)
     t = Table(title="step time", title_justify="left")
     t.add_column("term")
     t.add_column("s", justify="right")

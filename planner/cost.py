@@ -30,7 +30,9 @@ from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_tim
 from planner.errors import PlannerError
 from planner.deepspeed_engine import CPU_STEP_BYTES as DEEPSPEED_CPU_STEP_BYTES
 from planner.deepspeed_engine import OFFLOAD_D2H_BYTES as DEEPSPEED_D2H_BYTES
+from planner.deepspeed_engine import OFFLOAD3_BOUNDARY_D2H_BYTES as DEEPSPEED3_D2H_BYTES
 from planner.deepspeed_engine import OFFLOAD_H2D_BYTES as DEEPSPEED_H2D_BYTES
+from planner.deepspeed_engine import offload_micro_batch_link_bytes
 from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
     FLOAT8_TP_RECIPES,
@@ -1094,7 +1096,11 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         again = ag - out if uses_torchtitan(training) and not chunked else ag
         if fsdp2_offload:
             return _fsdp2_offload_dp_time(cluster, sh, units, m, ag + again + rs, window)
-        return m * max(0.0, ag + again + rs - window)
+        copies = 0.0
+        if deepspeed and training.optimizer_offload:  # its gradient partition to the host and back, on the
+            # reduce stream after each bucket (deepspeed_engine [Offload3]: partition_grads)
+            copies = offload_micro_batch_link_bytes(training) * sh.params / sh.dp / cluster.host.link_bandwidth
+        return m * max(0.0, ag + again + rs + copies - window)
     bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
     fwd = layers * lt.fwd if layout.overlap_param_gather else None
     fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
@@ -1208,8 +1214,10 @@ def stage_offload_time(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     share = host_stream_share(cluster)
     if uses_torchtitan(training):  # FSDP2: the shard lives on the host; its copies are stage_dp_time's
         return OffloadTime(0.0, 0.0, (CPU_CLIP_BYTES + CPU_ADAM_BYTES) * psi / share, 0.0, overlapped=False)
-    if uses_deepspeed(training):  # the whole partition (TrainingSpec: f = 1), DeepSpeedCPUAdam on the host
-        return OffloadTime(0.0, DEEPSPEED_D2H_BYTES * psi / host.link_bandwidth, DEEPSPEED_CPU_STEP_BYTES * psi / share,
+    if uses_deepspeed(training):  # the whole partition (TrainingSpec: f = 1), DeepSpeedCPUAdam on the host;
+        # ZeRO-3 copies its FP32 gradient at the boundary (its micro-batches' copies: stage_dp_time)
+        d2h = DEEPSPEED3_D2H_BYTES if layout.zero_stage == 3 else DEEPSPEED_D2H_BYTES
+        return OffloadTime(0.0, d2h * psi / host.link_bandwidth, DEEPSPEED_CPU_STEP_BYTES * psi / share,
                            DEEPSPEED_H2D_BYTES * psi / host.link_bandwidth, overlapped=False)
     hbm = cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency
     gpu = (1 - f) * psi * (2 * adam_bytes(training) + ADAM_OTHER_BYTES) / hbm

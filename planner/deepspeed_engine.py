@@ -29,6 +29,19 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
     [Zero3]   zero/stage3.py: DeepSpeedZeroOptimizer_Stage3.__init__ (one reduce bucket of
               reduce_bucket_size elements, allocated at start; gradient partitions in the
               accumulation dtype).
+    [Offload3] zero/stage3.py with offload_optimizer.device 'cpu' (self.device is the CPU):
+              _setup_for_real_optimizer (grad_partitions_flat_buffer, the gradient partitions in the
+              accumulation dtype, pinned on the host), _create_fp32_partitions (the FP32 master
+              partition on the host), initialize_optimizer_states (an FP32 gradient buffer per
+              sub-group, pinned on the host; DeepSpeedCPUAdam's exp_avg and exp_avg_sq), partition_grads
+              (every micro-batch: the reduced partition is copied into the host buffer and back to the
+              GPU, or from the second micro-batch on, the host buffer to the GPU, added there and
+              copied back; at the accumulation boundary _offload_grad_partition_at_boundary copies it
+              as FP32 into the host gradient), step (per sub-group: DeepSpeedCPUAdam on the host, then
+              _reassign_or_swap_out_partitioned_parameters copies the FP32 partition into the GPU's
+              16-bit partition with a blocking copy_, which converts it on the CPU first [torch
+              aten/src/ATen/native/cuda/Copy.cu: copy_kernel_cuda, "For blocking transfers conversions
+              are performed on CPU"]). No GPU gradient partition or optimizer state is kept.
     [Zero3P]  zero/partitioned_param_coordinator.py: PartitionedParameterCoordinator (the module
               trace covers forward and backward, parameter_offload.py: pre_sub_module_*_function;
               __params_to_release keeps a parameter reused within max_reuse_distance; prefetching
@@ -84,6 +97,11 @@ __all__ = [
     "OFFLOAD_D2H_BYTES",
     "OFFLOAD_H2D_BYTES",
     "CPU_STEP_BYTES",
+    "OFFLOAD3_STATE_BYTES",
+    "OFFLOAD3_BOUNDARY_D2H_BYTES",
+    "SUB_GROUP_ELEMENTS",
+    "offload_host_bytes",
+    "offload_micro_batch_link_bytes",
 ]
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
@@ -117,8 +135,36 @@ OFFLOAD_H2D_BYTES = 2
 CPU_STEP_BYTES = 28 + 6
 """Host-memory bytes per partition element of the step on the host: DeepSpeedCPUAdam reads the
 parameter, gradient, exp_avg and exp_avg_sq and writes the first three back (28); the FP32 partition
-is then copied into the 16-bit buffer, read 4, write 2 [Offload]. ASSUMPTION: gradient clipping does
-not engage (unscale_and_clip_grads multiplies the host gradient, 8 more bytes, only when it does)."""
+is then converted to 16 bits on the host, read 4, write 2 (into the pinned 16-bit copy at stages 1-2
+[Offload], into the blocking copy_'s temporary at stage 3 [Offload3]). ASSUMPTION: gradient clipping
+does not engage (unscale_and_clip_grads multiplies the host gradient, 8 more bytes, only when it does)."""
+OFFLOAD3_STATE_BYTES = 4 + 4 + 8
+"""Host bytes per partition element ZeRO-3's offload keeps beside its gradient partition: the FP32
+master, the pinned FP32 gradient and DeepSpeedCPUAdam's exp_avg and exp_avg_sq [Offload3]."""
+OFFLOAD3_BOUNDARY_D2H_BYTES = 4
+"""Bytes per partition element to the host at the accumulation boundary: the gradient, cast to FP32 on
+the GPU, into the host's FP32 gradient (non-blocking) [Offload3: _offload_grad_partition_at_boundary]."""
+SUB_GROUP_ELEMENTS = 1_000_000_000
+"""zero_optimization.sub_group_size, DeepSpeed's default (the emitter leaves it): the partition is
+stepped and copied back in sub-groups of up to this many elements, each converted to 16 bits on the
+host first [Offload3; runtime/zero/config.py: sub_group_size]."""
+
+
+def offload_host_bytes(training: TrainingSpec, zero_stage: int) -> float:
+    """Host bytes per optimizer-partition element DeepSpeed's optimizer offload keeps: ZeRO-1/2's
+    OFFLOAD_HOST_BYTES, or ZeRO-3's gradient partition (in the accumulation dtype) and
+    OFFLOAD3_STATE_BYTES."""
+    if zero_stage == 3:
+        return (4 if training.grad_dtype == "fp32" else 2) + OFFLOAD3_STATE_BYTES
+    return OFFLOAD_HOST_BYTES
+
+
+def offload_micro_batch_link_bytes(training: TrainingSpec) -> float:
+    """Bytes per partition element ZeRO-3's offload moves over the host link in every micro-batch's
+    backward: its gradient partition to the host buffer and back to the GPU (the first micro-batch), or
+    the host buffer to the GPU and the sum back (the later ones), in the accumulation dtype [Offload3:
+    partition_grads]."""
+    return 2 * (4 if training.grad_dtype == "fp32" else 2)
 
 
 AUTOGRAD_ADD_BYTES = 2 + 2 + 2

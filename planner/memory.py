@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
+from planner.deepspeed_engine import OFFLOAD3_STATE_BYTES as DEEPSPEED_OFFLOAD3_STATE_BYTES
 from planner.deepspeed_engine import OFFLOAD_HOST_BYTES as DEEPSPEED_OFFLOAD_HOST_BYTES
+from planner.deepspeed_engine import SUB_GROUP_ELEMENTS
+from planner.deepspeed_engine import offload_host_bytes as deepspeed_offload_host_bytes
 from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
                                       wrapper, zero3_gathered_params)
 from planner.errors import SpecError
@@ -106,23 +109,28 @@ def optimizer_shard_params(model: ModelSpec, layout: Layout, stage: int, layers:
     return sum(sh.params / (sh.dp if layout.zero_stage >= 1 else 1) for sh in param_shards(model, layout, stage, layers))
 
 
-def offload_host_bytes(training: TrainingSpec) -> int:
+def offload_host_bytes(training: TrainingSpec, zero_stage: int = 1) -> float:
     """Host bytes per offloaded element of the optimizer shard: Megatron's OFFLOAD_HOST_BYTES,
-    DeepSpeed's ZeRO-Offload (planner.deepspeed_engine.OFFLOAD_HOST_BYTES: its pinned 16-bit copy too)
-    or FSDP2's CPU offload (planner.torchtitan_engine.OFFLOAD_HOST_BYTES: the shard's FP32 parameter
-    and gradient with AdamW's m and v)."""
+    DeepSpeed's ZeRO-Offload (planner.deepspeed_engine.offload_host_bytes: at stages 1-2 its pinned
+    16-bit copy too, at stage 3 the gradient partition in the accumulation dtype) or FSDP2's CPU
+    offload (planner.torchtitan_engine.OFFLOAD_HOST_BYTES: the shard's FP32 parameter and gradient
+    with AdamW's m and v)."""
     if uses_torchtitan(training):
         return FSDP2_OFFLOAD_HOST_BYTES
-    return DEEPSPEED_OFFLOAD_HOST_BYTES if uses_deepspeed(training) else OFFLOAD_HOST_BYTES
+    return deepspeed_offload_host_bytes(training, zero_stage) if uses_deepspeed(training) else OFFLOAD_HOST_BYTES
 
 
-def offload_host_note(training: TrainingSpec) -> str:
-    """What those host bytes are, for messages."""
+def offload_host_note(training: TrainingSpec, zero_stage: int | None = None) -> str:
+    """What those host bytes are, for messages (DeepSpeed: at `zero_stage`, or both kinds)."""
     if uses_torchtitan(training):
         return f"FP32 parameter, gradient, m, v of the FSDP2 shard: {FSDP2_OFFLOAD_HOST_BYTES} B per element"
     if uses_deepspeed(training):
-        return (f"FP32 master, gradient, m, v and a 16-bit copy: {DEEPSPEED_OFFLOAD_HOST_BYTES} B per element, and "
-                "a 16-bit staging buffer the size of the largest parameter")
+        low = (f"ZeRO-1/2: FP32 master, gradient, m, v and a 16-bit copy, {DEEPSPEED_OFFLOAD_HOST_BYTES} B per element, "
+               "and a 16-bit staging buffer the size of the largest parameter")
+        grad = 4 if training.grad_dtype == "fp32" else 2
+        high = (f"ZeRO-3: the {training.grad_dtype} gradient partition, FP32 master, gradient, m, v, "
+                f"{grad + DEEPSPEED_OFFLOAD3_STATE_BYTES} B per element, and one sub-group's 16-bit conversion")
+        return low if zero_stage in (1, 2) else high if zero_stage == 3 else f"{low}; {high}"
     return f"FP32 copy, m, v, gradient: {OFFLOAD_HOST_BYTES} B per element"
 
 
@@ -142,17 +150,22 @@ def offload_staging_bytes(model: ModelSpec, training: TrainingSpec, layout: Layo
     """Bytes of each of ZeRO-Offload's two 16-bit gradient staging buffers, one on the GPU and one
     pinned on the host, the size of the rank's largest parameter (deepspeed_engine [Offload]:
     temp_grad_buffer_for_gpu_offload, temp_grad_buffer_for_cpu_offload); 0 without DeepSpeed's offload."""
-    if not (uses_deepspeed(training) and training.optimizer_offload):
+    if not (uses_deepspeed(training) and training.optimizer_offload) or layout.zero_stage == 3:
         return 0.0
     return PARAM_BYTES * largest_tensor_params(model, layout, stage)
 
 
 def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
     """Host bytes one GPU's rank of pipeline `stage` pins for its offloaded optimizer share
-    (TrainingSpec.optimizer_offload; 0 without), with DeepSpeed's host staging buffer."""
+    (TrainingSpec.optimizer_offload; 0 without), with DeepSpeed's host staging buffer (ZeRO-1/2) or the
+    16-bit conversion of one sub-group of its partition that ZeRO-3's copy back makes on the host
+    (deepspeed_engine [Offload3]; transient, counted at its peak)."""
     if not training.optimizer_offload:
         return 0.0
-    states = offload_host_bytes(training) * training.optimizer_offload * optimizer_shard_params(model, layout, stage, layers)
+    psi = optimizer_shard_params(model, layout, stage, layers)
+    states = offload_host_bytes(training, layout.zero_stage) * training.optimizer_offload * psi
+    if uses_deepspeed(training) and layout.zero_stage == 3:
+        return states + PARAM_BYTES * min(psi, SUB_GROUP_ELEMENTS)
     return states + offload_staging_bytes(model, training, layout, stage)
 
 
@@ -834,6 +847,12 @@ def stage_static_items(
     kept = 1 - training.optimizer_offload  # the rest is pinned on the host (stage_host_bytes)
     if fsdp2 and training.optimizer_offload:  # CPUOffloadPolicy: the whole shard on the host
         items = [MemoryItem(name, 0.0, "on the host (FSDP2 CPU offload)") for name in ("weights", "gradients", "optimizer")]
+    elif uses_deepspeed(training) and layout.zero_stage == 3 and training.optimizer_offload:
+        # ZeRO-3's offload keeps only the 16-bit parameter partition on the GPU (deepspeed_engine
+        # [Offload3]); ASSUMPTION: the per-parameter GPU copy partition_grads adds into is transient
+        items = [MemoryItem("weights", st.params, "16-bit partition, 2 B/param"),
+                 MemoryItem("gradients", 0.0, "the gradient partition on the host (ZeRO-3 offload)"),
+                 MemoryItem("optimizer", 0.0, "FP32 master, gradient, m, v on the host (ZeRO-3 offload)")]
     else:
         items = [
             MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),

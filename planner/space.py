@@ -789,7 +789,7 @@ def _offload_optimizer(training: TrainingSpec) -> str:
     if uses_torchtitan(training):
         return "FSDP2's fully sharded parameters (zero_stage 3)"
     if uses_deepspeed(training):
-        return "DeepSpeed's ZeRO-1/2 optimizer (zero_stage 1 or 2)"
+        return "DeepSpeed's ZeRO optimizer (zero_stage 1, 2 or 3)"
     return "Megatron's distributed optimizer (zero_stage 1)"
 
 
@@ -797,12 +797,12 @@ def offload_zero_stages(training: TrainingSpec) -> tuple[int, ...]:
     """The ZeRO stages whose optimizer offloads as priced: Megatron's HybridDeviceOptimizer needs
     --use-precision-aware-optimizer, which needs the distributed optimizer [Megatron-LM@d98e8a6
     training/arguments.py: validate_args; optimizer/__init__.py: get_megatron_optimizer]; DeepSpeed's
-    ZeRO-1/2 optimizer offloads as planner.deepspeed_engine prices it (stage 3's offload is another
-    engine, not priced); FSDP2's CPUOffloadPolicy shards with fully_shard (planner.torchtitan_engine
-    [Offload])."""
+    ZeRO optimizer offloads at every stage as planner.deepspeed_engine prices it ([Offload] for
+    stages 1-2, [Offload3] for stage 3); FSDP2's CPUOffloadPolicy shards with fully_shard
+    (planner.torchtitan_engine [Offload])."""
     if uses_torchtitan(training):
         return (3,)
-    return (1, 2) if uses_deepspeed(training) else (1,)
+    return (1, 2, 3) if uses_deepspeed(training) else (1,)
 
 
 def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = None) -> tuple[int, ...]:

@@ -838,12 +838,12 @@ class TrainingSpec(_Spec):
     megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py: HybridDeviceOptimizer.
     _get_sub_optimizer_param_groups, _set_sub_optimizer_grads, step; optimizer/__init__.py:
     _get_megatron_optimizer_based_on_param_groups]. With optimizer_impl 'deepspeed', ZeRO-Offload:
-    DeepSpeed's ZeRO-1/2 optimizer keeps the whole partition on the host (1 only) and steps it with
-    DeepSpeedCPUAdam, with FP32 gradient accumulation (planner.deepspeed_engine: OFFLOAD_HOST_BYTES,
-    the rules below). With 'fsdp2', torchtitan's training.enable_cpu_offload: FSDP2 keeps the
+    DeepSpeed's ZeRO optimizer keeps the whole partition on the host (1 only) and steps it with
+    DeepSpeedCPUAdam, with FP32 gradient accumulation (planner.deepspeed_engine: [Offload] for ZeRO-1/2,
+    [Offload3] for ZeRO-3, whose gradient partition lives on the host too; the rules below). With 'fsdp2', torchtitan's training.enable_cpu_offload: FSDP2 keeps the
     shard's FP32 parameters, gradients and AdamW states on the host and steps them there
     (planner.torchtitan_engine [Offload]; 1 only, ZeRO-3 without PP). 0 = off. Megatron's
-    distributed optimizer (ZeRO-1), DeepSpeed's ZeRO-1/2 or FSDP2, FP32 Adam states, and a cluster
+    distributed optimizer (ZeRO-1), DeepSpeed's ZeRO-1/2/3 or FSDP2, FP32 Adam states, and a cluster
     with a host spec."""
     moe_imbalance: _real(ge=1, le=64) = 1.0
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
@@ -887,8 +887,8 @@ class TrainingSpec(_Spec):
                 raise ValueError(f"optimizer_offload: FSDP2's CPU offload keeps the whole shard on the host (1), "
                                  f"got {self.optimizer_offload:g}")
             if self.optimizer_impl == "deepspeed" and self.optimizer_offload != 1:
-                # offload_optimizer.ratio is stage 3's: ZeRO-1/2 offload the whole partition
-                raise ValueError(f"optimizer_offload: DeepSpeed's ZeRO-1/2 offload the whole optimizer partition "
+                # offload_optimizer.ratio (stage 3's partial offload) is not priced
+                raise ValueError(f"optimizer_offload: DeepSpeed's ZeRO offload is priced for the whole optimizer partition "
                                  f"(1), got {self.optimizer_offload:g}")
             if self.optimizer_impl == "deepspeed" and self.grad_dtype != "fp32":
                 # priced as the compact FP32 partition that crosses once a step (deepspeed_engine [Offload])

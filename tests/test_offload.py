@@ -251,13 +251,14 @@ def test_zero_offload_step_is_copy_then_cpu_adam_then_copy_back():
 
 
 def test_zero_offload_rules_name_the_field():
-    with pytest.raises(ValueError, match="'optimizer_offload': DeepSpeed's ZeRO-1/2 offload the whole"):
+    with pytest.raises(ValueError, match="'optimizer_offload': DeepSpeed's ZeRO offload is priced for the whole"):
         TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.5})
     with pytest.raises(ValueError, match="'optimizer_offload': priced for DeepSpeed with FP32 gradient accumulation"):
         TrainingSpec(**{**DS_OFFLOAD, "grad_dtype": "bf16"})
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
-    with pytest.raises(PlannerError, match=r"ZeRO-1/2 optimizer \(zero_stage 1 or 2\), got zero_stage 3"):
-        planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=3))
+    megatron = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0)
+    with pytest.raises(PlannerError, match=r"distributed optimizer \(zero_stage 1\), got zero_stage 3"):
+        planner.evaluate(m, c, megatron, Layout(dp=8, zero_stage=3))
     # an unset engine becomes DeepSpeed's under framework='deepspeed': its rules apply then
     with pytest.raises(PlannerError, match="FP32 gradient accumulation"):
         plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16", optimizer_offload=1.0),
@@ -265,13 +266,13 @@ def test_zero_offload_rules_name_the_field():
 
 
 def test_zero_offload_search_and_launch_files():
-    """The search keeps ZeRO-1/2 (DeepSpeed's offloading optimizer) and host memory; the ds_config
+    """The search keeps the stages DeepSpeed offloads and host memory; the ds_config
     offloads to pinned CPU memory, Megatron-DeepSpeed builds DeepSpeedCPUAdam (--cpu-optimizer) and the
     launcher binds each rank to its share of the cores."""
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
     r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0), framework="deepspeed",
              top_k=3, structural=False)
-    assert r.status == "optimal" and {p.layout.zero_stage for p in [r.best, *r.alternatives]} <= {1, 2}
+    assert r.status == "optimal" and {p.layout.zero_stage for p in [r.best, *r.alternatives]} <= {1, 2, 3}
     assert r.best.memory.peak_stage.get("optimizer") == 0 and r.best.memory.host_fits
     files = r.best.to_deepspeed()
     assert files.config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
@@ -282,13 +283,54 @@ def test_zero_offload_search_and_launch_files():
     assert "--cpu-optimizer" not in plain.to_deepspeed().args
 
 
+def test_zero3_offload_keeps_only_the_16_bit_partition_on_the_gpu():
+    """ZeRO-3 with the optimizer on the CPU (deepspeed 0.19.8 runtime/zero/stage3.py, self.device the
+    CPU): the gradient partition buffer (FP32 accumulation: 4 B), the FP32 master (4), the FP32
+    gradient (4) and DeepSpeedCPUAdam's m and v (8) are pinned on the host, 20 B per partition element,
+    plus the 16-bit conversion of one sub-group (sub_group_size 1e9, 2 B) made by the blocking copy
+    back; the GPU keeps the 16-bit partition and no gradient or Adam state. Llama-3-8B over dp 8: the
+    partition is 8,030,261,248 / 8 = 1,003,782,656 elements, so the sub-group is 1e9 of them."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    p = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=3))
+    psi = 8_030_261_248 / 8
+    assert m.num_params == 8_030_261_248
+    assert p.memory.host == pytest.approx((20 * psi + 2 * 1e9,), rel=1e-12)
+    st = p.memory.stages[0]
+    assert (st.get("optimizer"), st.get("gradients"), st.get("offload_grad_buffer")) == (0, 0, 0)
+    assert st.get("weights") == pytest.approx(2 * psi, rel=1e-12)
+    assert st.get("zero_buckets") == 500_000_000 * 2  # one bucket of the 16-bit gradients
+    kept = planner.evaluate(m, c, TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.0}), Layout(dp=8, zero_stage=3))
+    assert kept.memory.stages[0].get("optimizer") == pytest.approx(12 * psi, rel=1e-12)  # what offload frees
+    assert kept.memory.stages[0].get("gradients") == pytest.approx(4 * psi, rel=1e-12)
+
+
+def test_zero3_offload_crosses_the_host_link_every_micro_batch():
+    """Each micro-batch's backward sends the reduced FP32 gradient partition to the host buffer and
+    brings it (or the running sum) back to the GPU: 2 x 4 B per partition element on the 52 GB/s
+    host link, on the reduce stream beside the collectives (DGX H100's dp_overlap is 0, so exposed);
+    m = 64 / 8 = 8 micro-batches. The step then copies the FP32 gradient to the host (4 B), runs
+    DeepSpeedCPUAdam (28 B) and the FP32-to-16-bit conversion (6 B) at 0.6 x 563.2 GB/s shared by
+    eight ranks, and copies the 16-bit partition back (2 B), one after the other."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(dp=8, zero_stage=3)
+    off = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), lay)
+    kept = planner.evaluate(m, c, TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.0}), lay)
+    psi, link = 8_030_261_248 / 8, H100["link"]
+    assert off.time.update.dp_exposed - kept.time.update.dp_exposed == pytest.approx(8 * 8 * psi / link, rel=1e-9)
+    cpu = 34 * psi / (H100["host_bw"] * STREAM / 8)
+    assert off.time.update.optimizer == pytest.approx(4 * psi / link + cpu + 2 * psi / link, rel=1e-9)
+    files = off.to_deepspeed()
+    assert files.config["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert files.config["zero_optimization"]["stage"] == 3 and "--cpu-optimizer" in files.args
+
+
 def test_deepspeeds_engine_builds_its_zero_optimizer_for_the_offloaded_config():
     """DeepSpeed's own config parser and _do_optimizer_sanity_check on the emitted ds_config: the ZeRO
     optimizer (not BF16_Optimizer) at stage 1 with FP32 accumulation, CPU offload on."""
     pytest.importorskip("deepspeed")
     from planner.check import check_deepspeed
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
-    for zero in (1, 2):
+    for zero in (1, 2, 3):
         p = planner.evaluate(m, c, TrainingSpec(**DS_OFFLOAD), Layout(dp=8, zero_stage=zero))
         r = check_deepspeed(p.to_deepspeed().config, 8)
         assert r.ok and r.details["optimizer_wrapper"] == "zero_optimization", r.line()
@@ -303,6 +345,9 @@ def test_calibrate_reads_zero_offload_from_deepspeeds_printed_config():
            "zero_config": zero_config}
     t, lay = deepspeed_setup(cfg, TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")
     assert (t.optimizer_offload, t.optimizer_impl, t.grad_dtype, lay.zero_stage) == (1.0, "deepspeed", "fp32", 2)
+    t3, lay3 = deepspeed_setup({**cfg, "zero_optimization_stage": "3", "zero_config": zero_config.replace("stage=2", "stage=3")},
+                               TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")
+    assert (t3.optimizer_offload, lay3.zero_stage) == (1.0, 3)  # ZeRO-3's offload: priced as it runs
     none = deepspeed_setup({**cfg, "zero_config": "stage=2 offload_optimizer=None", "grad_accum_dtype": "None"},
                            TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")[0]
     assert (none.optimizer_offload, none.grad_dtype) == (0.0, "bf16")  # None: the model's dtype
