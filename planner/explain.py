@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import computed_score_share, model_flops_per_token, stage_offload_time
+from planner.cost import computed_score_share, model_flops_per_token, stage_dp_time, stage_offload_time
 from planner.errors import PlannerError
-from planner.memory import activation_bytes_per_layer, adam_bytes, optimizer_shard_params, static_memory
+from planner.memory import activation_bytes_per_layer, adam_bytes, stage_static_items, static_memory
 from planner.plans import evaluate
 from planner.search import plan
 from planner.space import check_precision, default_fp8_recipe, offloaded
@@ -103,13 +103,19 @@ def _offload_sentence(b) -> str:
     st = b.memory.peak_stage.stage
     layers = b.memory.stages[st].layers
     t = stage_offload_time(b.model, b.cluster, b.training, b.layout, st, layers)
-    freed = adam_bytes(b.training) * b.training.optimizer_offload * optimizer_shard_params(b.model, b.layout, st, layers)
+    kept = b.training.model_copy(update={"optimizer_offload": 0.0})  # the ledger's twin with nothing offloaded
+    freed = sum(i.bytes for i in stage_static_items(b.model, kept, b.layout, st, layers)) - sum(
+        i.bytes for i in stage_static_items(b.model, b.training, b.layout, st, layers))
     slowest = max(t.chains, key=t.chains.get)
     how = (f"set by {slowest}" if t.overlapped else
            f"copy, CPU step and copy back in series, {slowest} the largest ({t.chains[slowest]:.2f} s)")
+    # the copies that run beside the collectives in every micro-batch (FSDP2, DeepSpeed ZeRO-3) are DP time
+    copies = (stage_dp_time(b.model, b.cluster, b.training, b.layout, st, layers)
+              - stage_dp_time(b.model, b.cluster, kept, b.layout, st, layers))
+    extra = f"; the micro-batches' copies to and from the host add {copies:.2f} s of exposed DP time" if copies > 5e-4 else ""
     return (f"Optimizer offload ({b.training.optimizer_offload:.0%} of each shard on the host): {freed / GiB:.1f} GiB per "
             f"GPU freed on stage {st}, {b.memory.host[st] / GiB:.1f} GiB pinned of {b.memory.host_capacity / GiB:.1f} GiB of "
-            f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, {how}.")
+            f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, {how}{extra}.")
 
 
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",

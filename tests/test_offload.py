@@ -324,6 +324,25 @@ def test_zero3_offload_crosses_the_host_link_every_micro_batch():
     assert files.config["zero_optimization"]["stage"] == 3 and "--cpu-optimizer" in files.args
 
 
+def test_explain_counts_what_zero3_offload_frees_and_its_copies():
+    """What the ledger frees at ZeRO-3 offload is the FP32 gradient partition too, 12 + 4 = 16 B x
+    1,003,782,656 partition elements = 15.0 GiB (not Adam's 12 B alone), and the micro-batches' copies,
+    8 B per element each over the 52 GB/s host link, are named as DP time."""
+    import re
+
+    from planner.explain import explain
+    from planner.specs import num_microbatches
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(**DS_OFFLOAD)
+    lines = explain(m, c, t, framework="deepspeed", sensitivities=False, zero_stage=3, tp=1)
+    line = next(x for x in lines if x.startswith("Optimizer offload"))
+    assert "15.0 GiB per GPU freed" in line
+    best = plan(m, c, t, framework="deepspeed", structural=False, zero_stage=3, tp=1).best
+    copies = float(re.search(r"host add ([0-9.]+) s of exposed DP time", line).group(1))
+    assert copies == pytest.approx(num_microbatches(t, best.layout) * 8 * 8_030_261_248 / 8 / H100["link"], abs=0.006)
+
+
 def test_deepspeeds_engine_builds_its_zero_optimizer_for_the_offloaded_config():
     """DeepSpeed's own config parser and _do_optimizer_sanity_check on the emitted ds_config: the ZeRO
     optimizer (not BF16_Optimizer) at stage 1 with FP32 accumulation, CPU offload on."""
