@@ -427,12 +427,13 @@ def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | Non
     """The same workload with the whole optimizer shard on the host (Megatron's optimizer CPU offload,
     DeepSpeed's ZeRO-Offload, or FSDP2's CPU offload under torchtitan), where the cluster has a host
     spec, the workload can offload and the target runs it; else None (already offloaded, BF16 states,
-    FP8 weights gathered outside delayed scaling, DeepSpeed accumulating 16-bit gradients)."""
+    FP8 weights gathered outside delayed scaling). DeepSpeed accumulating 16-bit gradients offloads at
+    ZeRO-3 only (offload_zero_stages)."""
     if training.optimizer_offload or cluster.host is None:
         return None
     try:
         candidate = TrainingSpec.model_validate({**training.model_dump(), "optimizer_offload": 1.0})
-        framework_training(candidate, framework)  # the target's own rules (DeepSpeed: FP32 accumulation)
+        framework_training(candidate, framework)  # the target's own rules
         return candidate
     except (ValueError, PlannerError):
         return None
@@ -788,6 +789,10 @@ def _offload_optimizer(training: TrainingSpec) -> str:
     """The optimizer whose offload is priced for the training's engine, for messages."""
     if uses_torchtitan(training):
         return "FSDP2's fully sharded parameters (zero_stage 3)"
+    if uses_deepspeed(training) and training.grad_dtype != "fp32":
+        return ("DeepSpeed's ZeRO-3 optimizer with 16-bit gradient accumulation (zero_stage 3; ZeRO-1/2's offload "
+                "is priced with FP32 accumulation, grad_dtype='fp32': in the model dtype every gradient round-trips "
+                "through the host in each micro-batch)")
     if uses_deepspeed(training):
         return "DeepSpeed's ZeRO optimizer (zero_stage 1, 2 or 3)"
     return "Megatron's distributed optimizer (zero_stage 1)"
@@ -798,11 +803,14 @@ def offload_zero_stages(training: TrainingSpec) -> tuple[int, ...]:
     --use-precision-aware-optimizer, which needs the distributed optimizer [Megatron-LM@d98e8a6
     training/arguments.py: validate_args; optimizer/__init__.py: get_megatron_optimizer]; DeepSpeed's
     ZeRO optimizer offloads at every stage as planner.deepspeed_engine prices it ([Offload] for
-    stages 1-2, [Offload3] for stage 3); FSDP2's CPUOffloadPolicy shards with fully_shard
-    (planner.torchtitan_engine [Offload])."""
+    stages 1-2, priced as the compact FP32 partition that crosses once a step, so with FP32 gradient
+    accumulation only; [Offload3] for stage 3, in either dtype); FSDP2's CPUOffloadPolicy shards with
+    fully_shard (planner.torchtitan_engine [Offload])."""
     if uses_torchtitan(training):
         return (3,)
-    return (1, 2, 3) if uses_deepspeed(training) else (1,)
+    if uses_deepspeed(training):
+        return (1, 2, 3) if training.grad_dtype == "fp32" else (3,)
+    return (1,)
 
 
 def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = None) -> tuple[int, ...]:
@@ -817,7 +825,7 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
     """
     if training is not None and training.optimizer_offload:  # DeepSpeed's pipeline engine: ZeRO-1 only
         if pp > 1:  # FSDP2's offload: none priced with its pipeline (planner.space layout problems)
-            return () if uses_torchtitan(training) else (1,)
+            return () if uses_torchtitan(training) else tuple(z for z in offload_zero_stages(training) if z == 1)
         return offload_zero_stages(training)
     if framework in (None, "any"):
         return (0, 1, 2, 3)

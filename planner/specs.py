@@ -839,8 +839,9 @@ class TrainingSpec(_Spec):
     _get_sub_optimizer_param_groups, _set_sub_optimizer_grads, step; optimizer/__init__.py:
     _get_megatron_optimizer_based_on_param_groups]. With optimizer_impl 'deepspeed', ZeRO-Offload:
     DeepSpeed's ZeRO optimizer keeps the whole partition on the host (1 only) and steps it with
-    DeepSpeedCPUAdam, with FP32 gradient accumulation (planner.deepspeed_engine: [Offload] for ZeRO-1/2,
-    [Offload3] for ZeRO-3, whose gradient partition lives on the host too; the rules below). With 'fsdp2', torchtitan's training.enable_cpu_offload: FSDP2 keeps the
+    DeepSpeedCPUAdam (planner.deepspeed_engine: [Offload] for ZeRO-1/2, with FP32 gradient accumulation,
+    [Offload3] for ZeRO-3, whose gradient partition lives on the host in either dtype; the rules below
+    and planner.space.offload_zero_stages). With 'fsdp2', torchtitan's training.enable_cpu_offload: FSDP2 keeps the
     shard's FP32 parameters, gradients and AdamW states on the host and steps them there
     (planner.torchtitan_engine [Offload]; 1 only, ZeRO-3 without PP). 0 = off. Megatron's
     distributed optimizer (ZeRO-1), DeepSpeed's ZeRO-1/2/3 or FSDP2, FP32 Adam states, and a cluster
@@ -890,11 +891,6 @@ class TrainingSpec(_Spec):
                 # offload_optimizer.ratio (stage 3's partial offload) is not priced
                 raise ValueError(f"optimizer_offload: DeepSpeed's ZeRO offload is priced for the whole optimizer partition "
                                  f"(1), got {self.optimizer_offload:g}")
-            if self.optimizer_impl == "deepspeed" and self.grad_dtype != "fp32":
-                # priced as the compact FP32 partition that crosses once a step (deepspeed_engine [Offload])
-                raise ValueError("optimizer_offload: priced for DeepSpeed with FP32 gradient accumulation "
-                                 "(grad_dtype='fp32'); accumulating in the model dtype round-trips every "
-                                 "gradient through the host in each micro-batch")
             if self.fp8_param_gather and self.fp8 != "delayed":
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "

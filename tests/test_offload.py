@@ -253,16 +253,20 @@ def test_zero_offload_step_is_copy_then_cpu_adam_then_copy_back():
 def test_zero_offload_rules_name_the_field():
     with pytest.raises(ValueError, match="'optimizer_offload': DeepSpeed's ZeRO offload is priced for the whole"):
         TrainingSpec(**{**DS_OFFLOAD, "optimizer_offload": 0.5})
-    with pytest.raises(ValueError, match="'optimizer_offload': priced for DeepSpeed with FP32 gradient accumulation"):
-        TrainingSpec(**{**DS_OFFLOAD, "grad_dtype": "bf16"})
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    bf16 = TrainingSpec(**{**DS_OFFLOAD, "grad_dtype": "bf16"})  # ZeRO-1/2's compact FP32 path is not what runs
+    for zero in (1, 2):
+        with pytest.raises(PlannerError, match=r"ZeRO-3 optimizer with 16-bit gradient accumulation \(zero_stage 3; "
+                                               r"ZeRO-1/2's offload is priced with FP32 accumulation"):
+            planner.evaluate(m, c, bf16, Layout(dp=8, zero_stage=zero))
     megatron = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_offload=1.0)
     with pytest.raises(PlannerError, match=r"distributed optimizer \(zero_stage 1\), got zero_stage 3"):
         planner.evaluate(m, c, megatron, Layout(dp=8, zero_stage=3))
-    # an unset engine becomes DeepSpeed's under framework='deepspeed': its rules apply then
-    with pytest.raises(PlannerError, match="FP32 gradient accumulation"):
-        plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16", optimizer_offload=1.0),
-             framework="deepspeed")
+    # an unset engine becomes DeepSpeed's under framework='deepspeed': its rules apply then, so 16-bit
+    # accumulation offloads at ZeRO-3 only, with or without a pipeline to choose
+    r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16", optimizer_offload=1.0),
+             framework="deepspeed", top_k=3, structural=False)
+    assert r.status == "optimal" and {p.layout.zero_stage for p in [r.best, *r.alternatives]} == {3}
 
 
 def test_zero_offload_search_and_launch_files():
@@ -324,6 +328,26 @@ def test_zero3_offload_crosses_the_host_link_every_micro_batch():
     assert files.config["zero_optimization"]["stage"] == 3 and "--cpu-optimizer" in files.args
 
 
+def test_zero3_offload_in_16_bit_accumulation():
+    """DeepSpeed's default accumulation dtype is the model's: ZeRO-3's host gradient partition is then
+    16-bit (2 + 16 = 18 B per element, plus the 1e9-element sub-group's conversion) and each
+    micro-batch moves 2 x 2 B per element; the step is the same (the boundary copy casts to FP32 on
+    the GPU first). The ds_config says grad_accum_dtype bf16, and DeepSpeed's check accepts it."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay, psi, link = Layout(dp=8, zero_stage=3), 8_030_261_248 / 8, H100["link"]
+    t16 = TrainingSpec(**{**DS_OFFLOAD, "grad_dtype": "bf16"})
+    off = planner.evaluate(m, c, t16, lay)
+    kept = planner.evaluate(m, c, t16.model_copy(update={"optimizer_offload": 0.0}), lay)
+    assert off.memory.host == pytest.approx((18 * psi + 2 * 1e9,), rel=1e-12)
+    assert off.time.update.dp_exposed - kept.time.update.dp_exposed == pytest.approx(8 * 4 * psi / link, rel=1e-9)
+    cpu = 34 * psi / (H100["host_bw"] * STREAM / 8)
+    assert off.time.update.optimizer == pytest.approx(6 * psi / link + cpu, rel=1e-9)
+    assert off.to_deepspeed().config["data_types"] == {"grad_accum_dtype": "bf16"}
+    pytest.importorskip("deepspeed")
+    from planner.check import check_deepspeed
+    assert check_deepspeed(off.to_deepspeed().config, 8).ok
+
+
 def test_explain_counts_what_zero3_offload_frees_and_its_copies():
     """What the ledger frees at ZeRO-3 offload is the FP32 gradient partition too, 12 + 4 = 16 B x
     1,003,782,656 partition elements = 15.0 GiB (not Adam's 12 B alone), and the micro-batches' copies,
@@ -373,9 +397,11 @@ def test_calibrate_reads_zero_offload_from_deepspeeds_printed_config():
     with pytest.raises(LogError, match="offloads the optimizer to 'nvme'"):
         deepspeed_setup({**cfg, "zero_config": zero_config.replace("'cpu'", "'nvme'")},
                         TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=1), "ds.log")
-    with pytest.raises(PlannerError, match="FP32 gradient accumulation"):
-        deepspeed_setup({**cfg, "grad_accum_dtype": "bf16"}, TrainingSpec(global_batch_size=8, seq_length=4096),
-                        Layout(dp=1), "ds.log")
+    t16, lay16 = deepspeed_setup({**cfg, "grad_accum_dtype": "bf16"}, TrainingSpec(global_batch_size=8, seq_length=4096),
+                                 Layout(dp=1), "ds.log")  # read as run; ZeRO-2 offload in 16 bits is then refused
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    with pytest.raises(PlannerError, match="FP32 accumulation"):
+        planner.evaluate(m, c, t16, lay16.model_copy(update={"dp": 8}))
 
 
 def test_choice_rows_name_their_workload(capsys):
@@ -387,16 +413,17 @@ def test_choice_rows_name_their_workload(capsys):
     assert "[offload=1]" in out and "[offload=0]" in out
 
 
-def test_a_choice_deepspeed_would_not_run_is_refused_by_name():
-    """--optimizer-offload 0,1 under DeepSpeed with 16-bit accumulation: offloading is not a workload
-    the target runs as priced, so that combination is left out, with the rule; the other is planned."""
+def test_a_16_bit_accumulation_choice_offloads_at_zero3_only():
+    """--optimizer-offload 0,1 under DeepSpeed with 16-bit accumulation: both are workloads DeepSpeed
+    runs as priced, the offloaded one at ZeRO-3 only (ZeRO-1/2's offload is priced with FP32
+    accumulation); each is planned and proven."""
     from planner.choices import plan_choices
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
     t = TrainingSpec(global_batch_size=64, seq_length=4096, grad_dtype="bf16")
     r, results = plan_choices(m, c, t, {"optimizer_offload": [0.0, 1.0]}, framework="deepspeed", top_k=1,
                               structural=False)
-    assert list(results) == [(0.0,)] and r.best is not None
-    assert len(r.refused_choices) == 1 and "FP32 gradient accumulation" in r.refused_choices[0]
+    assert set(results) == {(0.0,), (1.0,)} and not r.refused_choices
+    assert results[(1.0,)].best.layout.zero_stage == 3
 
 
 @pytest.mark.parametrize("framework, cluster, field, values, rule", [
