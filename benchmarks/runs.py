@@ -394,8 +394,8 @@ def _moe_measured_tokens(row: dict) -> float | None:
     printed total throughput is not used: for the 512-GPU Grok-1 columns it is half of seq x GBS /
     step time (the rows' notes), and the step time is the primary measurement."""
     meas = row["measured"]
-    if isinstance(meas.get("tokens_per_sec_per_gpu"), (int, float)):
-        return float(meas["tokens_per_sec_per_gpu"])
+    if (tokens := _measured_tokens(row)) is not None:
+        return tokens
     if meas.get("step_time_s"):
         return row["seq_len"] * row["global_batch_seqs"] / meas["step_time_s"] / row["num_gpus"]
     return (row.get("derived") or {}).get("tokens_per_sec_per_gpu")

@@ -150,12 +150,18 @@ stepped and copied back in sub-groups of up to this many elements, each converte
 host first [Offload3; runtime/zero/config.py: sub_group_size]."""
 
 
+def _accumulation_element_bytes(training: TrainingSpec) -> int:
+    """Bytes of one gradient element in the accumulation dtype the emitter writes (data_types.
+    grad_accum_dtype: FP32 with grad_dtype 'fp32', else the model's 16 bits)."""
+    return 4 if training.grad_dtype == "fp32" else 2
+
+
 def offload_host_bytes(training: TrainingSpec, zero_stage: int) -> float:
     """Host bytes per optimizer-partition element DeepSpeed's optimizer offload keeps: ZeRO-1/2's
     OFFLOAD_HOST_BYTES, or ZeRO-3's gradient partition (in the accumulation dtype) and
     OFFLOAD3_STATE_BYTES."""
     if zero_stage == 3:
-        return (4 if training.grad_dtype == "fp32" else 2) + OFFLOAD3_STATE_BYTES
+        return _accumulation_element_bytes(training) + OFFLOAD3_STATE_BYTES
     return OFFLOAD_HOST_BYTES
 
 
@@ -164,7 +170,7 @@ def offload_micro_batch_link_bytes(training: TrainingSpec) -> float:
     backward: its gradient partition to the host buffer and back to the GPU (the first micro-batch), or
     the host buffer to the GPU and the sum back (the later ones), in the accumulation dtype [Offload3:
     partition_grads]."""
-    return 2 * (4 if training.grad_dtype == "fp32" else 2)
+    return 2 * _accumulation_element_bytes(training)
 
 
 AUTOGRAD_ADD_BYTES = 2 + 2 + 2

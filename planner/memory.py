@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
-from planner.deepspeed_engine import OFFLOAD3_STATE_BYTES as DEEPSPEED_OFFLOAD3_STATE_BYTES
-from planner.deepspeed_engine import OFFLOAD_HOST_BYTES as DEEPSPEED_OFFLOAD_HOST_BYTES
 from planner.deepspeed_engine import SUB_GROUP_ELEMENTS
 from planner.deepspeed_engine import offload_host_bytes as deepspeed_offload_host_bytes
 from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
@@ -125,11 +123,10 @@ def offload_host_note(training: TrainingSpec, zero_stage: int | None = None) -> 
     if uses_torchtitan(training):
         return f"FP32 parameter, gradient, m, v of the FSDP2 shard: {FSDP2_OFFLOAD_HOST_BYTES} B per element"
     if uses_deepspeed(training):
-        low = (f"ZeRO-1/2: FP32 master, gradient, m, v and a 16-bit copy, {DEEPSPEED_OFFLOAD_HOST_BYTES} B per element, "
-               "and a 16-bit staging buffer the size of the largest parameter")
-        grad = 4 if training.grad_dtype == "fp32" else 2
+        low = (f"ZeRO-1/2: FP32 master, gradient, m, v and a 16-bit copy, {deepspeed_offload_host_bytes(training, 1):g} B "
+               "per element, and a 16-bit staging buffer the size of the largest parameter")
         high = (f"ZeRO-3: the {training.grad_dtype} gradient partition, FP32 master, gradient, m, v, "
-                f"{grad + DEEPSPEED_OFFLOAD3_STATE_BYTES} B per element, and one sub-group's 16-bit conversion")
+                f"{deepspeed_offload_host_bytes(training, 3):g} B per element, and one sub-group's 16-bit conversion")
         return low if zero_stage in (1, 2) else high if zero_stage == 3 else f"{low}; {high}"
     return f"FP32 copy, m, v, gradient: {OFFLOAD_HOST_BYTES} B per element"
 
@@ -847,15 +844,13 @@ def stage_static_items(
     kept = 1 - training.optimizer_offload  # the rest is pinned on the host (stage_host_bytes)
     if fsdp2 and training.optimizer_offload:  # CPUOffloadPolicy: the whole shard on the host
         items = [MemoryItem(name, 0.0, "on the host (FSDP2 CPU offload)") for name in ("weights", "gradients", "optimizer")]
-    elif uses_deepspeed(training) and layout.zero_stage == 3 and training.optimizer_offload:
-        # ZeRO-3's offload keeps only the 16-bit parameter partition on the GPU (deepspeed_engine
-        # [Offload3]); ASSUMPTION: the per-parameter GPU copy partition_grads adds into is transient
-        items = [MemoryItem("weights", st.params, "16-bit partition, 2 B/param"),
-                 MemoryItem("gradients", 0.0, "the gradient partition on the host (ZeRO-3 offload)"),
-                 MemoryItem("optimizer", 0.0, "FP32 master, gradient, m, v on the host (ZeRO-3 offload)")]
     else:
+        # ZeRO-3's offload keeps its gradient partition on the host too (deepspeed_engine [Offload3]);
+        # ASSUMPTION: the per-parameter GPU copy partition_grads adds into is transient
+        host_grads = uses_deepspeed(training) and layout.zero_stage == 3 and bool(training.optimizer_offload)
         items = [
             MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
+            MemoryItem("gradients", 0.0, "the gradient partition on the host (ZeRO-3 offload)") if host_grads else
             MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
             MemoryItem("optimizer", st.optimizer * kept,
                        "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
