@@ -354,6 +354,8 @@ def main(argv=None) -> int:
         try:
             tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                     *args.tests.split()], cwd=ROOT, capture_output=True, text=True)
+            if tests.returncode not in (0, 1, 2):  # 1: a test failed, 2: collection broke; else pytest did not run
+                raise SystemExit(f"pytest exited {tests.returncode}: {tests.stdout.strip()[-300:]} {tests.stderr.strip()[-300:]}")
             caught = tests.returncode != 0
             changed = recommendations() != base
         finally:

@@ -598,3 +598,40 @@ def test_deepspeed_places_layers_its_partitioner_places(tmp_path):
     from planner.oracle import enumerate_plans
     best = enumerate_plans(m, c, r.best.training, framework="deepspeed", constraints={"pp": 4})[0]
     assert best.time.objective_us == r.best.time.objective_us and best.layout == r.best.layout
+
+
+def test_concurrent_megatron_fetches_into_one_folder_leave_one_whole_tree(tmp_path, monkeypatch):
+    """Parallel test workers may fetch Megatron into the same cache at once: each unpacks apart and
+    renames into place, so the tree is whole and nothing is left beside it (pip stubbed: no network)."""
+    import subprocess
+    import threading
+    import zipfile
+
+    from planner.check import fetch_megatron
+
+    def fake_pip(cmd, **kw):
+        dest = cmd[cmd.index("-d") + 1]
+        with zipfile.ZipFile(os.path.join(dest, "megatron_core-0.19.2-cp312-cp312-linux_x86_64.whl"), "w") as z:
+            for i in range(200):
+                z.writestr(f"megatron/core/m{i}.py", "x = 1\n" * 200)
+            z.writestr("megatron/training/arguments.py", "# planted\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    got, errors = [], []
+
+    def fetch():
+        try:
+            got.append(fetch_megatron(str(tmp_path)))
+        except Exception as e:  # noqa: BLE001 - the test reports whatever a racing fetch raises
+            errors.append(e)
+    threads = [threading.Thread(target=fetch) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and set(got) == {str(tmp_path / "megatron-core")}
+    assert sorted(os.listdir(tmp_path)) == ["megatron-core"]
+    tree = tmp_path / "megatron-core" / "megatron"
+    assert (tree / "training" / "arguments.py").read_text() == "# planted\n"
+    assert len(list((tree / "core").iterdir())) == 200

@@ -68,6 +68,8 @@ def fetch_megatron(folder: str) -> str:
     wheel is pure Python for everything validation touches, so it is unpacked, not installed.
     """
     import glob
+    import shutil
+    import tempfile
     import zipfile
 
     from planner.errors import PlannerError
@@ -75,15 +77,26 @@ def fetch_megatron(folder: str) -> str:
     target = os.path.join(folder, "megatron-core")
     if os.path.isfile(os.path.join(target, "megatron", "training", "arguments.py")):
         return target
-    wheels = os.path.join(folder, "wheels")
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
-           "-d", wheels, MEGATRON_CORE]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    found = glob.glob(os.path.join(wheels, "megatron_core-0.19.2-*.whl"))
-    if done.returncode != 0 or not found:
-        raise PlannerError(f"could not download {MEGATRON_CORE}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    with zipfile.ZipFile(found[0]) as z:
-        z.extractall(target)
+    os.makedirs(folder, exist_ok=True)
+    wheels = tempfile.mkdtemp(prefix="wheels.", dir=folder)  # per process, as the unpacking below
+    try:
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+               "3.12", "-d", wheels, MEGATRON_CORE]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        found = glob.glob(os.path.join(wheels, "megatron_core-0.19.2-*.whl"))
+        if done.returncode != 0 or not found:
+            raise PlannerError(f"could not download {MEGATRON_CORE}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        # unpacked beside the target and renamed into place (atomic): a second process fetching into
+        # the same folder at once (parallel test workers) never sees a half-written tree
+        staging = tempfile.mkdtemp(prefix="megatron-core.", dir=folder)
+        with zipfile.ZipFile(found[0]) as z:
+            z.extractall(staging)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process put a complete tree there first
+            shutil.rmtree(staging, ignore_errors=True)
+    finally:
+        shutil.rmtree(wheels, ignore_errors=True)
     return target
 
 
