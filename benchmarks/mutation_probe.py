@@ -297,9 +297,22 @@ MUTANTS = [
      "offload: host memory not a CP-SAT constraint"),
     ("planner/emit/torchtitan.py", 'FLOAT8_SKIPPED = ("lm_head",)', "FLOAT8_SKIPPED = ()",
      "torchtitan float8: the LM head converted too"),
+    ("planner/cost.py", '        return units if sh.axis == "dpcp" else experts', "        return units",
+     "Megatron-FSDP MoE: experts collected as the dense units"),
+    ("planner/cost.py", '                t += 2 * u.times(cluster, group, "allgather", gather / sh.params)[1]',
+     '                t += u.times(cluster, group, "allgather", gather / sh.params)[1]',
+     "Megatron-FSDP MoE: weights gathered once per micro-batch"),
+    ("planner/cost.py", "    moe_layers = layers - dense_layers_on(model, layout, stage)\n    return ShardUnits(0.0,",
+     "    moe_layers = layers\n    return ShardUnits(0.0,", "Megatron-FSDP MoE: dense layers' experts collected"),
+    ("planner/cost.py", 'if fsdp and (sh.axis == "dpcp" or model.moe is not None):', 'if fsdp and sh.axis == "dpcp":',
+     "Megatron-FSDP MoE ZeRO-2: experts in DDP buckets"),
+    ("planner/memory.py", "+ routed_params_per_layer(model) / (layout.ep * layout.expert_tp))", "+ 0)",
+     "Megatron-FSDP MoE: gathered experts free"),
+    ("planner/space.py", "if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):",
+     "if False:", "MoE ZeRO-2/3 allowed on engines that do not shard experts so"),
 ]
 
-CASES = [  # (model, cluster, nodes, gbs, seq, launch target)
+CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
     ("llama3-8b", "dgx-h100", 1, 64, 4096, "megatron"),
     ("llama3-70b", "dgx-h100", 8, 512, 8192, "megatron"),
     ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048, "megatron"),
@@ -311,15 +324,17 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target)
     ("llama2-7b", "dgx-a100-40g", 4, 512, 4096, "deepspeed"),
     ("llama3.1-405b", "dgx-h100", 64, 1024, 8192, "torchtitan"),
     ("qwen2.5-72b", "hgx-h200", 16, 512, 8192, "torchtitan"),
+    ("mixtral-8x7b", "dgx-h100", 2, 64, 4096, "megatron", {"pp": 1}),  # Megatron-FSDP shards the experts
+    ("deepseek-v3", "dgx-h100", 32, 512, 4096, "megatron", {"pp": 1}),
 ]
 
 RECOMMEND = """
 import json, planner
 out = []
-for m, c, n, g, s, f in {cases}:
+for m, c, n, g, s, f, *kw in {cases}:
     r = planner.plan(planner.load_model(m), planner.load_cluster(c, nodes=n),
                      planner.TrainingSpec(global_batch_size=g, seq_length=s), top_k=1, structural=False,
-                     time_limit_s=60, framework=f)
+                     time_limit_s=60, framework=f, **(kw[0] if kw else {{}}))
     out.append(r.best.layout.short() if r.best else r.status)
 print(json.dumps(out))
 """

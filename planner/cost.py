@@ -49,6 +49,7 @@ from planner.memory import (
     own_norms,
     param_shards,
     quantized_element_bytes,
+    routed_params_per_layer,
     routed_rows,
     stage_layers,
     stage_params,
@@ -1032,6 +1033,15 @@ def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> Sh
     return ShardUnits(emb, rest / max(1, layers), layers, out, model.tied_embeddings and p == 1)
 
 
+def expert_shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> ShardUnits:
+    """ShardUnits of the routed experts on pipeline rank `stage`: one collective per MoE layer and
+    pass over that layer's local experts (E / ep of them, 1 / etp of each), Megatron-FSDP's expert
+    group of the layer's unit [megatron-core 0.19.2 distributed/fsdp/src/megatron_fsdp/
+    param_and_grad_buffer.py: _get_parameter_groups]; they add up to param_shards' expert shard."""
+    moe_layers = layers - dense_layers_on(model, layout, stage)
+    return ShardUnits(0.0, routed_params_per_layer(model) / (layout.ep * layout.expert_tp), moe_layers, 0.0)
+
+
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                   layers: int) -> float:
     """Exposed data-parallel communication of one step on pipeline rank `stage` holding `layers`
@@ -1067,10 +1077,22 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     lt = _layer_time(model, cluster, training, layout)  # compute of one micro-batch on that stage, no recompute
     m = num_microbatches(training, layout)
     units = shard_units(model, layout, stage, layers)
-    if layout.zero_stage == 3:  # dense models only (planner.space)
+    experts = expert_shard_units(model, layout, stage, layers)
+
+    def units_of(sh: ParamShard) -> ShardUnits:
+        return units if sh.axis == "dpcp" else experts
+    if layout.zero_stage == 3:
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
         if not pairs:  # FSDP2's CPU offload over one shard: no collective, but the copies (FSDP2 still wraps it)
             return _fsdp2_offload_dp_time(cluster, shards[0], units, m, 0.0, window)
+        if model.moe is not None:  # Megatron-FSDP (planner.space): each shard's units over its own group,
+            # gathered in forward and again in backward, reduce-scattered in backward, per micro-batch
+            t = 0.0
+            for (sh, gather), group in zip(pairs, groups):
+                u = units_of(sh)
+                t += 2 * u.times(cluster, group, "allgather", gather / sh.params)[1]
+                t += u.times(cluster, group, "reducescatter", grad_b)[1]
+            return m * max(0.0, t - window)
         (sh, gather), group = pairs[0], groups[0]
         if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
             rs, rs_out = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS,
@@ -1106,8 +1128,8 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
 
     def buckets(op: str, sh, grp, bytes_per: float, window: float | None) -> tuple[float, float]:
-        if fsdp and sh.axis == "dpcp":
-            return units.times(cluster, grp, op, bytes_per)[:2]
+        if fsdp and (sh.axis == "dpcp" or model.moe is not None):  # Megatron-FSDP's per-unit groups
+            return units_of(sh).times(cluster, grp, op, bytes_per)[:2]
         return _bucket_times(cluster, grp, op, sh.params, bytes_per, _bucket_params(training, sh.dp), window)
     # DeepSpeed's BF16_Optimizer (and FP16_Optimizer) all-reduce the whole gradient after the last
     # backward; its ZeRO optimizer reduces bucket by bucket, reduce_bucket_size elements each

@@ -77,11 +77,12 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
         name = "Megatron's EP overlap (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls beside another's compute)"
         try:
             p = evaluate(model, cluster, training, lay.model_copy(update={"ep_overlap": not lay.ep_overlap}))
-            change = f"{p.step_time_s / b.step_time_s - 1:+.1%}" + ("" if p.fits else " and does not fit")
+            change = (f"the step would take {p.step_time_s / b.step_time_s - 1:+.1%}"
+                      + ("" if p.fits else " and does not fit"))
         except PlannerError as err:
-            change = f"not legal here ({err})"
+            change = f"the layout is not legal ({err})"
         out.append(f"{name} is {'on' if lay.ep_overlap else 'off'}; "
-                   f"{'without' if lay.ep_overlap else 'with'} it the step would take {change}.")
+                   f"{'without' if lay.ep_overlap else 'with'} it {change}.")
     alts = []
     for ep in (lay.ep // 2, lay.ep * 2):
         if ep < 1 or lay.ep % 2:

@@ -872,7 +872,11 @@ def stage_static_items(
         per = 1 if training.fp8_param_gather else PARAM_BYTES
         n = layers if pipelined else ZERO3_PREFETCH_LAYERS
         what = f"gathered {'FP8' if per == 1 else 'bf16'} weights of {n} layers"
-        gathered = n * layer_params(model) / layout.tp
+        # a layer's unit: its TP slice and, in an MoE layer, its local experts -- Megatron-FSDP gathers
+        # those in a group of their own over the expert-data-parallel ranks, within the same unit
+        # [megatron-core 0.19.2 distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py:
+        # _get_parameter_groups, units sub-classified by is_expert_param]
+        gathered = n * (layer_params(model) / layout.tp + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
         if pipelined and stage == 0:
             gathered += model.vocab_size * model.hidden_size / layout.tp
             what += " and the embedding"

@@ -103,7 +103,7 @@ def layout_problems(
         bad.append("tp_comm_overlap needs sequence_parallel with tp > 1 (Megatron validate_args)")
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
-    bad += _expert_problems(model, lay)
+    bad += _expert_problems(model, training, lay)
     if training.optimizer_offload and lay.zero_stage not in offload_zero_stages(training) and zero_rules:
         bad.append(f"optimizer_offload needs {_offload_optimizer(training)}, got zero_stage {lay.zero_stage}")
     if training.optimizer_offload and uses_torchtitan(training) and pp > 1:
@@ -138,11 +138,12 @@ def layout_problems(
     return bad
 
 
-def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
+def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
     """Expert-parallel rules: Megatron's (megatron-core 0.19.2 arguments.py validate_args: experts
     divisible by EP; parallel_state.initialize_model_parallel: the expert grid etp x ep x edp divides
     each stage's tp x cp x dp GPUs; moe_layer.MoELayer.forward: TP needs sequence parallelism in
-    training) and what the planner prices (ZeRO 0/1, no TP overlap, Megatron's default rank order)."""
+    training) and what the planner prices (ZeRO 2/3 as Megatron-FSDP shards experts, no TP overlap,
+    Megatron's default rank order)."""
     ep, etp = lay.ep, lay.expert_tp
     if model.moe is None:
         return [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher / ep_overlap need a Mixture-of-Experts model; "
@@ -165,9 +166,9 @@ def _expert_problems(model: ModelSpec, lay: Layout) -> list[str]:
         bad.append(f"shared_expert_ffn_hidden_size({e.shared_expert_ffn_hidden_size}) % tp({lay.tp}) != 0")
     if lay.tp > 1 and not lay.sequence_parallel:
         bad.append(f"MoE with tp({lay.tp}) > 1 needs sequence_parallel (megatron-core MoELayer.forward)")
-    if lay.zero_stage > 1:
-        bad.append(f"zero_stage({lay.zero_stage}): MoE layouts are priced with ZeRO 0 or 1 (the distributed "
-                   "optimizer); Megatron-FSDP with experts is not priced")
+    if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):
+        bad.append(f"zero_stage({lay.zero_stage}) with experts is priced as Megatron-FSDP shards them (each "
+                   f"layer's experts over the expert-data-parallel group), not {training.optimizer_impl}'s")
     if lay.tp_comm_overlap:
         bad.append("tp_comm_overlap with MoE layers is not priced")
     if lay.moe_dispatcher == "deepep" and (ep == 1 or etp != 1):
@@ -1068,8 +1069,8 @@ def build_space(
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     modules = offered_recompute_modules(model, training, framework)
     recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes, modules) for k in keys}
-    zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
-                       and not (moe and z > 1)) for pp in {sh.pp for sh in shapes}}
+    zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints))
+             for pp in {sh.pp for sh in shapes}}
     space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training,
                   engine_weights=uneven)
     if free:

@@ -193,7 +193,9 @@ def test_expert_parallel_rules_name_the_broken_one():
     assert "num_experts(8) % ep(16)" in problems(ep=16)
     assert "is not a multiple of ep(8)*etp(4)" in problems(tp=2, dp=8, ep=8, etp=4, sequence_parallel=True)
     assert "needs sequence_parallel" in problems(tp=2, dp=8, ep=4)
-    assert "ZeRO 0 or 1" in problems(ep=8, zero_stage=3)
+    assert problems(ep=8, zero_stage=3) == ""  # Megatron-FSDP shards the experts over their own group
+    fsdp2 = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_impl="fsdp2")
+    assert "priced as Megatron-FSDP shards them" in " ".join(layout_problems(m, c, fsdp2, Layout(dp=16, ep=8, zero_stage=3)))
     assert "tp-cp-dp-pp only" in problems(ep=8, pp=2, dp=8, rank_order="tp-cp-pp-dp")
     dense = planner.load_model("llama3-8b")
     assert "need a Mixture-of-Experts model" in " ".join(layout_problems(dense, c, t, Layout(dp=16, ep=2)))
@@ -290,6 +292,62 @@ def test_expert_gradients_reduce_over_the_expert_data_parallel_group():
     want = (collective_time(c, placement(c, (16, 1)), "allreduce", 2 * 1_605_636_096)
             + collective_time(c, edp, "allreduce", 2 * 45_097_156_608 / 8))
     assert stage_dp_time(m, c, t, lay, 0, 32) == pytest.approx(want)
+
+
+MIXTRAL_DENSE = 1_605_636_096
+"""Mixtral-8x7B's non-expert parameters: 32 layers of attention (4096 x (4096 + 2 x 1024) QKV and
+4096 x 4096 out), two RMSNorm weights and the 4096 x 8 router, 41,984,000 each; the untied
+embedding and output layer, 32,000 x 4096 each; the final norm."""
+MIXTRAL_EXPERT = 3 * 4096 * 14336
+"""One SwiGLU expert: 176,160,768 parameters."""
+
+
+def test_megatron_fsdp_shards_experts_over_their_group_in_the_ledger():
+    # Mixtral tp 1, dp 16, ep 8 on two DGX H100 at ZeRO-3 (Megatron-FSDP optim_grads_params): each
+    # GPU holds one expert of each of the 32 layers, replicated over edp = 16 / 8 = 2, and 1/16 of
+    # the rest; 16 B a parameter of what it shards to. Two layer units gathered: a layer's
+    # attention, norms and router and its local expert.
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    items = {i.name: i.bytes for i in planner.evaluate(m, c, t, Layout(dp=16, ep=8, zero_stage=3)).memory.stages[0].items}
+    shard = MIXTRAL_DENSE / 16 + 32 * MIXTRAL_EXPERT / 2
+    assert shard == 2_918_924_544
+    assert items["weights"] == pytest.approx(2 * shard)
+    assert items["gradients"] == pytest.approx(4 * shard)
+    assert items["optimizer"] == pytest.approx(12 * shard)
+    assert items["zero3_gather"] == pytest.approx(2 * 2 * (41_984_000 + MIXTRAL_EXPERT))
+    z2 = {i.name: i.bytes for i in planner.evaluate(m, c, t, Layout(dp=16, ep=8, zero_stage=2)).memory.stages[0].items}
+    assert z2["weights"] == pytest.approx(2 * (MIXTRAL_DENSE + 32 * MIXTRAL_EXPERT))  # ZeRO-2 keeps the weights
+    assert z2["gradients"] == pytest.approx(4 * shard) and "zero3_gather" not in z2
+
+
+def test_megatron_fsdp_gathers_and_reduces_each_layers_experts_over_their_group():
+    # The same layout, 4 micro-batches (64 / 16): per micro-batch, every unit is gathered in forward
+    # and again in backward (2 B/param) and its gradient reduce-scattered (FP32, 4 B): the dense
+    # units (embedding, 32 layers, the output layer with the final norm) over dp 16, each layer's
+    # local expert over edp 2 (GPU 0 and GPU 8, one per node). H100's dp_overlap is 0: all exposed.
+    from planner.comm import collective_time
+    from planner.cost import stage_dp_time
+    from planner.topology import placement
+
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    assert c.calibration.dp_overlap == 0.0
+    dp, edp = placement(c, (16, 1)), placement(c, (2, 8))
+    assert edp.tier == "scaleout" and edp.nodes == 2 and edp.per_node == 1
+
+    def unit(group, params):
+        return (2 * collective_time(c, group, "allgather", 2 * params)
+                + collective_time(c, group, "reducescatter", 4 * params))
+    dense = unit(dp, 32000 * 4096) + 32 * unit(dp, 41_984_000) + unit(dp, 32000 * 4096 + 4096)
+    want = 4 * (dense + 32 * unit(edp, MIXTRAL_EXPERT))
+    assert stage_dp_time(m, c, t, Layout(dp=16, ep=8, zero_stage=3), 0, 32) == pytest.approx(want)
+    # ZeRO-2 (optim_grads): every micro-batch's backward reduce-scatters each unit, and after the
+    # step each unit's updated weights are all-gathered once
+    units = [(dp, 32000 * 4096), *[(dp, 41_984_000)] * 32, (dp, 32000 * 4096 + 4096), *[(edp, MIXTRAL_EXPERT)] * 32]
+    want2 = (4 * sum(collective_time(c, g, "reducescatter", 4 * n) for g, n in units)
+             + sum(collective_time(c, g, "allgather", 2 * n) for g, n in units))
+    assert stage_dp_time(m, c, t, Layout(dp=16, ep=8, zero_stage=2), 0, 32) == pytest.approx(want2)
 
 
 def test_plan_chooses_expert_parallelism_and_explains_it():
@@ -824,3 +882,16 @@ def test_hf_import_of_llama4():
     assert model_from_hf_config(dict(LLAMA4_MAVERICK_HF, moe_layers=list(range(1, 48, 2))), "x").moe_layers == 24
     with pytest.raises(ConfigImportError, match="vision encoder .*text_config"):
         model_from_hf_config({"architectures": ["Llama4ForConditionalGeneration"], "text_config": LLAMA4_MAVERICK_HF}, "x")
+
+
+def test_megatron_fsdp_collects_experts_of_the_moe_layers_only():
+    # DeepSeek-V3's first 3 of 61 layers are dense: Megatron-FSDP's expert units are the other 58
+    # layers' local experts (256 / ep of them, 3 x 7168 x 2048 each), and add up to the expert shard.
+    from planner.cost import expert_shard_units
+    from planner.memory import param_shards
+
+    m = planner.load_model("deepseek-v3")
+    lay = Layout(tp=4, dp=64, ep=64, etp=1, zero_stage=3, sequence_parallel=True)
+    u = expert_shard_units(m, lay, 0, 61)
+    assert (u.layers, u.layer, u.embedding, u.output) == (58, 4 * 3 * 7168 * 2048, 0.0, 0.0)
+    assert u.layers * u.layer == pytest.approx(param_shards(m, lay, 0, 61)[1].params)

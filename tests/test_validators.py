@@ -464,6 +464,31 @@ def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
     assert any(p.layout.ep > 1 for p in plans)
 
 
+def test_megatron_fsdp_with_experts_is_searched_emitted_and_accepted_by_megatron(megatron_path):
+    """Mixtral on two DGX H100 without a pipeline (pp 1), the ZeRO stage left to the search: it
+    shards gradients and experts with Megatron-FSDP (ZeRO-2, optim_grads: each layer's experts over
+    the expert-data-parallel group), faster than the best it finds held to ZeRO 0/1, and
+    megatron-core 0.19.2 accepts both plans' arguments and builds the expert grid they describe."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    free = plan(m, c, t, top_k=1, pp=1)
+    held = plan(m, c, t, top_k=1, pp=1, zero_stage=[0, 1])
+    assert free.status == held.status == "optimal"
+    best = free.best
+    assert best.layout.zero_stage in (2, 3) and best.layout.ep > 1
+    assert best.time.total < held.best.time.total
+    e = best.to_megatron()
+    assert "--use-megatron-fsdp" in e.args and "--expert-model-parallel-size" in e.args
+    results = check_megatron([megatron_payload(p.to_megatron().args, 16, p.to_megatron().env, c.gpu.arch)
+                              for p in (best, held.best)])
+    for p, r in zip((best, held.best), results):
+        assert r.ok, (p.layout.short(), r.line())
+        assert (r.details["ep"], r.details["edp"]) == (p.layout.ep, p.layout.edp)
+
+
 def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron_path):
     """DeepSeek-V3 (MLA, 3 dense layers then 58 MoE layers) on 1,024 H100 in NVIDIA's layout: Megatron
     accepts the flags and builds the plan's split and expert grid."""
