@@ -660,3 +660,28 @@ def test_concurrent_megatron_fetches_into_one_folder_leave_one_whole_tree(tmp_pa
     tree = tmp_path / "megatron-core" / "megatron"
     assert (tree / "training" / "arguments.py").read_text() == "# planted\n"
     assert len(list((tree / "core").iterdir())) == 200
+
+
+def test_the_megatron_workers_verdict_lines_stay_whole_whatever_its_children_print():
+    """Children validate side by side; one that writes to its stdout without a newline (Megatron's
+    prints and logs) must not land inside another's verdict line: the protocol stream carries
+    verdicts only (worker setup and Megatron stubbed)."""
+    import json
+    import subprocess
+    import sys
+
+    script = (
+        "import os, sys\n"
+        "import planner.check._megatron_worker as w\n"
+        "w._setup = lambda: None\n"
+        "def fake(p):\n"
+        "    os.write(1, b'a stray print without its newline')\n"
+        "    return {'ok': True, 'stage': 'done', 'message': '', 'details': {'n': p['n']}}\n"
+        "w._validate = fake\n"
+        "sys.exit(w.main())\n")
+    batch = json.dumps({"env": dict(os.environ), "payloads": [{"n": i} for i in range(12)]}) + "\n"
+    out = subprocess.run([sys.executable, "-c", script], input=batch, capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "VERDICT READY"
+    assert [json.loads(ln.removeprefix("VERDICT "))["details"]["n"] for ln in lines[1:]] == list(range(12))
+    assert "a stray print" in out.stderr

@@ -157,6 +157,9 @@ def _start(p: dict, env: dict) -> tuple[int, int]:
     pid = os.fork()
     if pid == 0:  # child: validate one configuration, report, exit without cleanup
         os.close(r)
+        # Megatron's prints and logs go to the worker's stderr, never onto the verdict stream: children
+        # run side by side, and a line one of them wrote there could land inside another's verdict
+        os.dup2(2, 1)
         os.environ.clear()
         os.environ.update(env)
         try:
@@ -182,21 +185,29 @@ VERDICT = "VERDICT "
 """Prefixes each result line: Megatron's own prints on stdout are other lines."""
 
 
+def _verdict(text: str) -> None:
+    """One result line on stdout, written in one call (flushing what Python buffered first)."""
+    sys.stdout.flush()
+    data = (VERDICT + text + "\n").encode()
+    while data:
+        data = data[os.write(sys.stdout.fileno(), data):]
+
+
 def main() -> int:
     """Per input line (a batch): one result line per configuration, in input order; as many
     children at a time as there are CPUs."""
     _setup()
-    print(VERDICT + READY, flush=True)
+    _verdict(READY)
     width = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
     for line in sys.stdin:
         batch = json.loads(line)
         running: list[tuple[int, int]] = []
         for p in batch["payloads"]:
             if len(running) == width:
-                print(VERDICT + _finish(*running.pop(0)), flush=True)
+                _verdict(_finish(*running.pop(0)))
             running.append(_start(p, batch["env"]))
         for child in running:
-            print(VERDICT + _finish(*child), flush=True)
+            _verdict(_finish(*child))
     return 0
 
 
