@@ -841,6 +841,12 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
                    acc, tuple(offsets))
 
 
+def accumulates_apart(training: TrainingSpec) -> bool:
+    """Whether accumulation_bytes can be non-zero for any layout of this training: on DeepSpeed's
+    and torchtitan's engines; Megatron's accumulation is in its weight-gradient GEMMs."""
+    return uses_deepspeed(training) or uses_torchtitan(training)
+
+
 def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     """HBM bytes per local parameter and micro-batch that the plan's engine spends accumulating
     gradients outside the backward kernels: DeepSpeed's wrappers (deepspeed_engine.accumulation_bytes),
@@ -848,6 +854,8 @@ def accumulation_bytes(training: TrainingSpec, layout: Layout) -> float:
     accumulation into the weight-gradient GEMM, which adds into the FP32 main_grad in its epilogue
     (gradient_accumulation_fusion, on unless --no-gradient-accumulation-fusion: Megatron-LM
     megatron/training/arguments.py; TE's fuse_wgrad_accumulation), 0."""
+    if not accumulates_apart(training):
+        return 0.0
     return deepspeed_engine.accumulation_bytes(training, layout) + torchtitan_engine.accumulation_bytes(training, layout)
 
 

@@ -37,8 +37,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from planner.cost import (StageCoefficients, accumulation_bytes, stage_coefficients, stage_optimizer_time,
-                          stage_update_time, us_units)
+from planner.cost import (StageCoefficients, accumulates_apart, accumulation_bytes, stage_coefficients,
+                          stage_optimizer_time, stage_update_time, us_units)
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_host_bytes, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
 from planner.space import Space, first_rank_min_layers, last_rank_min_layers
@@ -359,6 +359,8 @@ def _zero_classes(training: TrainingSpec, space: Space, sh, rc) -> list[frozense
     accumulation, cost.accumulation_bytes): [None] where no stage adds anything, so one
     pipeline row serves every static row; else one row per group."""
     zs = space.zeros[sh.pp]
+    if not accumulates_apart(training):  # no stage adds anything: skip building the layouts
+        return [None]
     per = {z: accumulation_bytes(training, space.layouts(sh, None, rc, z)) for z in zs}
     if not any(per.values()):
         return [None]
