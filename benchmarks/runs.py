@@ -423,7 +423,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         why = (model if isinstance(model, str) else
                "NVFP4 is not priced" if fp8 is False else
                f"no catalogued cluster for {r['gpu_type']}" if cluster is None else
-               "FSDP sharding (Megatron-FSDP / FSDP2 with experts is not priced)" if par.get("fsdp") else
+               "FSDP sharding (NeMo AutoModel's FSDP2 with experts is not priced; Megatron-FSDP's is)" if par.get("fsdp") else
                f"recompute '{r.get('recompute')}'" if rc is None else
                f"recompute modules '{r.get('recompute')}' (whole-module checkpoints are not priced)"
                if _recompute_modules(r.get("recompute")) is False else
