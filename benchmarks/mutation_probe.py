@@ -304,7 +304,7 @@ MUTANTS = [
      "Megatron-FSDP MoE: weights gathered once per micro-batch"),
     ("planner/cost.py", "    moe_layers = layers - dense_layers_on(model, layout, stage)\n    return ShardUnits(0.0,",
      "    moe_layers = layers\n    return ShardUnits(0.0,", "Megatron-FSDP MoE: dense layers' experts collected"),
-    ("planner/cost.py", 'if fsdp and (sh.axis == "dpcp" or model.moe is not None):', 'if fsdp and sh.axis == "dpcp":',
+    ("planner/cost.py", "        if fsdp:  # Megatron-FSDP's per-unit groups", '        if fsdp and sh.axis == "dpcp":',
      "Megatron-FSDP MoE ZeRO-2: experts in DDP buckets"),
     ("planner/memory.py", "+ routed_params_per_layer(model) / (layout.ep * layout.expert_tp))", "+ 0)",
      "Megatron-FSDP MoE: gathered experts free"),

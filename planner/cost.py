@@ -1093,8 +1093,9 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         window = cluster.calibration.dp_overlap * layers * (lt.fwd + lt.bwd)
         if not pairs:  # FSDP2's CPU offload over one shard: no collective, but the copies (FSDP2 still wraps it)
             return _fsdp2_offload_dp_time(cluster, shards[0], units, m, 0.0, window)
-        if model.moe is not None:  # Megatron-FSDP (planner.space): each shard's units over its own group,
-            # gathered in forward and again in backward, reduce-scattered in backward, per micro-batch
+        if not deepspeed and not uses_torchtitan(training):  # Megatron-FSDP: each shard's units over its own
+            # group (the routed experts' over the expert-data-parallel one), gathered in forward and again
+            # in backward, reduce-scattered in backward, per micro-batch
             t = 0.0
             for (sh, gather), group in zip(pairs, groups):
                 u = units_of(sh)
@@ -1105,7 +1106,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
         if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
             rs, rs_out = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS,
                                        window)[1], 0.0
-        else:
+        else:  # torchtitan's FSDP2
             _, rs, rs_out = units.times(cluster, group, "reducescatter", grad_b)
         _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
         chunked = uses_torchtitan(training) and training.loss_chunks > 1
@@ -1136,7 +1137,7 @@ def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
 
     def buckets(op: str, sh, grp, bytes_per: float, window: float | None) -> tuple[float, float]:
-        if fsdp and (sh.axis == "dpcp" or model.moe is not None):  # Megatron-FSDP's per-unit groups
+        if fsdp:  # Megatron-FSDP's per-unit groups, the experts' apart
             return units_of(sh).times(cluster, grp, op, bytes_per)[:2]
         return _bucket_times(cluster, grp, op, sh.params, bytes_per, _bucket_params(training, sh.dp), window)
     # DeepSpeed's BF16_Optimizer (and FP16_Optimizer) all-reduce the whole gradient after the last
