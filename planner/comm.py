@@ -9,10 +9,9 @@ References:
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-import numpy as np
-
+from planner._interp import interp
+from planner._memo import memo
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
@@ -21,11 +20,12 @@ __all__ = ["busbw", "collective_time", "latency", "pat_latency", "p2p_time", "al
 OPS = ("allreduce", "allgather", "reducescatter")
 
 
-@lru_cache(maxsize=64)
-def _curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray]:
-    sizes = np.log(np.array([p[0] for p in points]))
-    frac = np.array([p[1] for p in points]) / max(p[1] for p in points)
-    return sizes, frac
+@memo()
+def _curve(cluster: ClusterSpec) -> tuple[list[float], list[float]]:
+    """The measured all-reduce curve as (log size, fraction of its saturated busbw)."""
+    points = cluster.nvlink.busbw_curve
+    top = max(p[1] for p in points)
+    return [math.log(p[0]) for p in points], [p[1] / top for p in points]
 
 
 def _size_fraction(cluster: ClusterSpec, nbytes: float) -> float:
@@ -34,8 +34,7 @@ def _size_fraction(cluster: ClusterSpec, nbytes: float) -> float:
     ASSUMPTION: every op and tier follows the shape of the measured NVLink all-reduce curve
     (no per-NIC size sweep was published).
     """
-    sizes, frac = _curve(tuple(tuple(p) for p in cluster.nvlink.busbw_curve))
-    return float(np.interp(math.log(max(nbytes, 1.0)), sizes, frac))
+    return interp(math.log(max(nbytes, 1.0)), *_curve(cluster))
 
 
 def busbw(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -> float:

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-
-import numpy as np
 
 from planner import deepspeed_engine, torchtitan_engine
+from planner._interp import interp
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
 from planner.errors import PlannerError
@@ -74,6 +72,7 @@ __all__ = [
     "PipelineTime",
     "StageCoefficients",
     "stage_coefficients",
+    "ranks_coefficients",
     "stage_time",
     "recomputed_layers",
     "pipeline_time",
@@ -207,7 +206,7 @@ def flash_length_factor(keys: float) -> float:
     xs = [math.log(n) for n, _ in FLASH_CAUSAL_CURVE]
     ys = [v for _, v in FLASH_CAUSAL_CURVE]
     ref = dict(FLASH_CAUSAL_CURVE)[FLASH_CURVE_REFERENCE]
-    return float(np.interp(math.log(max(keys, 1.0)), xs, ys)) / ref
+    return interp(math.log(max(keys, 1.0)), xs, ys) / ref
 
 
 def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int | None = None) -> float:
@@ -263,9 +262,12 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     return 3 * (layers + logits)
 
 
-@lru_cache(maxsize=64)
-def _eff_curve(points: tuple[tuple[float, float], ...]) -> tuple[np.ndarray, np.ndarray]:
-    return np.log(np.array([p[0] for p in points])), np.array([p[1] for p in points])
+@memo()
+def _eff_curve(cluster: ClusterSpec, fp8: bool) -> tuple[list[float], list[float]]:
+    """The cluster's BF16 (or FP8) GEMM curve as (log GFLOP, efficiency)."""
+    cal = cluster.calibration
+    points = cal.gemm_efficiency_fp8 if fp8 else cal.gemm_efficiency
+    return [math.log(p[0]) for p in points], [p[1] for p in points]
 
 
 def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None = False,
@@ -276,9 +278,7 @@ def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None =
     `kernels` family (calibration.fp8_gemm_in_training[_unfused], fitted per GPU generation on the
     published FP8 runs)."""
     cal = cluster.calibration
-    curve = cal.gemm_efficiency_fp8 if fp8 else cal.gemm_efficiency
-    xs, ys = _eff_curve(tuple(tuple(p) for p in curve))
-    eff = float(np.interp(math.log(max(flops / 1e9, 1e-6)), xs, ys))
+    eff = interp(math.log(max(flops / 1e9, 1e-6)), *_eff_curve(cluster, bool(fp8)))
     if not fp8:
         return eff
     return eff * (cal.fp8_gemm_in_training if kernels == "fused" else cal.fp8_gemm_in_training_unfused)
@@ -801,16 +801,15 @@ class _Pieces:
 
 def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int) -> _Pieces:
     """The float terms of one rank's micro-batch time (StageCoefficients before rounding)."""
+    return _pieces_of(model, cluster, training, layout, (stage,))[0]
+
+
+def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
+               stages: tuple[int, ...]) -> list[_Pieces]:
+    """_pieces of each of `stages`, the terms every rank shares computed once."""
     lt = _layer_time(model, cluster, training, layout)
     b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
     tokens = b * s / cp
-    # logits GEMM forward + 2x backward on the last stage (in loss_chunks GEMMs of a chunk's tokens);
-    # the loss is negligible beside it
-    n = training.loss_chunks
-    logits = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
-    if stage == p - 1 and n > 1:  # every chunk after the first adds its output-layer gradient into the FP32 one
-        out = model.vocab_size * model.hidden_size / tp  # (torchtitan_engine [Loss], [NoSync])
-        logits += (n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
     send = 0.0
     if p > 1:  # one activation send forward and one gradient send backward per chunk [Narayanan21 §4.1]
         act = 2 * tokens * model.hidden_size / (tp if layout.sequence_parallel else 1)
@@ -821,24 +820,36 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     # 2v max(0, send - (n/v) fwd) = max(0, 2v send - 2 n fwd).
     hidden = 2 * lt.fwd if layout.p2p_overlapped else 0.0
     unpaired = ep_unpaired_share(layout, num_microbatches(training, layout)) if layout.ep_overlap else 1.0
-    compute, rc, tpc, cpc, epc = _layer_terms(lt, layout, unpaired)
-    offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
+    base = _layer_terms(lt, layout, unpaired)
+    compute, rc, tpc, cpc, epc = base
+    out = []
+    for stage in stages:
+        # logits GEMM forward + 2x backward on the last stage (in loss_chunks GEMMs of a chunk's
+        # tokens); the loss is negligible beside it
+        n = training.loss_chunks
+        logits = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
+        if stage == p - 1 and n > 1:  # every chunk after the first adds its output-layer gradient into the FP32 one
+            out_params = model.vocab_size * model.hidden_size / tp  # (torchtitan_engine [Loss], [NoSync])
+            logits += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
+                       / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency))
+        offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
 
-    def instead(n: int, lt_other: LayerTime) -> None:
-        """n of the rank's layers run as lt_other (recomputed first): their difference goes to the offsets."""
-        extra = [a - b for a, b in zip(_layer_terms(lt_other, layout, unpaired), (compute, rc, tpc, cpc, epc))]
-        for j, w in enumerate((n, recomputed_layers(layout, n), n, n, n)):
-            offsets[j] += w * extra[j]
-    d = dense_layers_on(model, layout, stage)
-    if d:  # the leading dense layers replace as many MoE layers
-        instead(d, _layer_time(model, cluster, training, layout, dense=True))
-    if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
-        instead(k, _layer_time(model, cluster, training.model_copy(update={"fp8": None, "fp8_param_gather": False}),
-                               layout))
-    acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
-    offsets.append(acc_fixed)
-    return _Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc, epc,
-                   acc, tuple(offsets))
+        def instead(n: int, lt_other: LayerTime) -> None:
+            """n of the rank's layers run as lt_other (recomputed first): their difference goes to the offsets."""
+            extra = [a - b for a, b in zip(_layer_terms(lt_other, layout, unpaired), base)]
+            for j, w in enumerate((n, recomputed_layers(layout, n), n, n, n)):
+                offsets[j] += w * extra[j]
+        d = dense_layers_on(model, layout, stage)
+        if d:  # the leading dense layers replace as many MoE layers
+            instead(d, _layer_time(model, cluster, training, layout, dense=True))
+        if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
+            instead(k, _layer_time(model, cluster, training.model_copy(update={"fp8": None, "fp8_param_gather": False}),
+                                   layout))
+        acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
+        offsets.append(acc_fixed)
+        out.append(_Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc,
+                           epc, acc, tuple(offsets)))
+    return out
 
 
 def accumulates_apart(training: TrainingSpec) -> bool:
@@ -911,6 +922,12 @@ def stage_coefficients(model: ModelSpec, cluster: ClusterSpec, training: Trainin
     return _coefficients(_pieces(model, cluster, training, layout, stage))
 
 
+def ranks_coefficients(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
+                       stages: tuple[int, ...]) -> dict[int, StageCoefficients]:
+    """stage_coefficients of each of `stages`, the terms the ranks share computed once."""
+    return {r: _coefficients(q) for r, q in zip(stages, _pieces_of(model, cluster, training, layout, stages))}
+
+
 def stage_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                layers: int) -> StageTime:
     """Seconds per micro-batch of pipeline rank `stage` holding `layers` layers, term by term."""
@@ -930,7 +947,7 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i), bf16_layers_on(model, training, layout, i))
              for i in range(p)]
     first = {k: i for i, k in reversed(list(enumerate(kinds)))}
-    by_kind = {k: _pieces(model, cluster, training, layout, i) for k, i in first.items()}
+    by_kind = dict(zip(first, _pieces_of(model, cluster, training, layout, tuple(first.values()))))
     pieces = [by_kind[k] for k in kinds]
     stages = tuple(_time(layout, q, i, n) for i, (q, n) in enumerate(zip(pieces, layers)))
     units = tuple(_coefficients(q).units(n, recomputed_layers(layout, n)) for q, n in zip(pieces, layers))

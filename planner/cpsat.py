@@ -37,7 +37,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from planner.cost import (StageCoefficients, accumulates_apart, accumulation_bytes, stage_coefficients,
+from planner.cost import (StageCoefficients, accumulates_apart, accumulation_bytes, ranks_coefficients,
                           stage_optimizer_time, stage_update_time, us_units)
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_host_bytes, stage_static_items
 from planner.plans import MEM_UNIT_BYTES
@@ -336,7 +336,7 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
             last = max(lo, last_rank_min_layers(training, sh.vpp)) if p > 1 else lo
             for zeros in _zero_classes(training, space, sh, rc):
                 lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
-                coef = {r: stage_coefficients(model, cluster, training, lay, r) for r in _positions(p)}
+                coef = ranks_coefficients(model, cluster, training, lay, tuple(_positions(p)))
                 times = tuple(coef[_position(r, p)] for r in range(p))
                 row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros,
                               last_min=last)
