@@ -580,6 +580,16 @@ def _pipe_lower(L: int, row: PipeRow) -> int:
         return room >= L
 
     t_lo, t_hi = max(a_r * lo + b_r for a_r, b_r in kinds), max(a_r * hi_n + b_r for a_r, b_r in kinds)
+    slopes = [(a_r, b_r, count) for (a_r, b_r), count in kinds.items() if a_r > 0]
+    if slopes:  # bracket the search: room(t) <= sum count (t - b_r) / a_r, so t_lo >= where that reaches L;
+        # without a cap binding, room(t) > sum count ((t - b_r) / a_r - 1), so t_c + sum count / sum (count / a_r) fits
+        rate = sum(c / a_r for a_r, _, c in slopes)
+        t_c = (L - sum(count * hi_n for (a_r, _), count in kinds.items() if a_r <= 0)
+               + sum(c * b_r / a_r for a_r, b_r, c in slopes)) / rate
+        t_lo = min(t_hi, max(t_lo, math.floor(t_c)))
+        guess = math.ceil(t_c + sum(c for _, _, c in slopes) / rate) + 1
+        if t_lo < guess < t_hi and fits(guess):
+            t_hi = guess
     while t_lo < t_hi:
         mid = (t_lo + t_hi) // 2
         if fits(mid):

@@ -341,6 +341,30 @@ def test_pipeline_lower_bound_water_fills_the_slowest_rank():
     assert _pipe_lower(7, PipeRow(0, 0, 4, 1, 1, 1, "all", times, 0)) == 3 * 47 + 123
 
 
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 5000)), min_size=1, max_size=4),
+       st.integers(1, 3), st.integers(1, 40), st.integers(1, 8), st.sampled_from(["none", "all"]))
+def test_pipeline_lower_bound_is_the_least_maximum_over_every_split(ab, lo, layers, m, rc):
+    # brute force over every integer split with at least lo layers a rank: the least maximum rank
+    # time and the least sum, combined as (m - 1) T_max + sum (v = 1); the bracketed water-filling
+    # search must find exactly that T_max
+    from itertools import product
+
+    from planner.cost import StageCoefficients
+    from planner.cpsat import PipeRow, _pipe_lower
+
+    p = len(ab)
+    if lo * p > layers:
+        return
+    times = tuple(StageCoefficients(a, 7, b, 0, 0) for a, b in ab)
+    slope = [a + (7 if rc == "all" else 0) for a, _ in ab]
+    cost = [[slope[r] * n + ab[r][1] for n in range(layers + 1)] for r in range(p)]
+    splits = [s for s in product(range(lo, layers - lo * (p - 1) + 1), repeat=p) if sum(s) == layers]
+    t_max = min(max(cost[r][n] for r, n in enumerate(s)) for s in splits)
+    total = min(sum(cost[r][n] for r, n in enumerate(s)) for s in splits)
+    assert _pipe_lower(layers, PipeRow(0, 0, m, 1, lo, lo, rc, times, 0)) == (m - 1) * t_max + total
+
+
 @st.composite
 def moe_instances(draw):
     """Small MoE models (some with leading dense layers or dense layers between MoE ones, some with
