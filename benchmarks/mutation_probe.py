@@ -308,6 +308,12 @@ MUTANTS = [
      "Megatron-FSDP MoE ZeRO-2: experts in DDP buckets"),
     ("planner/memory.py", "+ routed_params_per_layer(model) / (layout.ep * layout.expert_tp))", "+ 0)",
      "Megatron-FSDP MoE: gathered experts free"),
+    ("planner/memory.py", "    if not uses_torchtitan(training):\n        return None\n", "    if True:\n        return None\n",
+     "torchtitan's SP saves the sequence shard (as Megatron)"),
+    ("planner/memory.py", "return 1.0 if training.fp8 in FLOAT8_TP_RECIPES else 2.0", "return 2.0",
+     "torchao's float8 TP input saved in BF16"),
+    ("planner/memory.py", "total += nbytes * saved_gather_bytes / 2", "total += nbytes / sp_div",
+     "gathered GEMM inputs saved as the shard"),
     ("planner/space.py", "if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):",
      "if False:", "MoE ZeRO-2/3 allowed on engines that do not shard experts so"),
 ]

@@ -9,7 +9,7 @@ from typing import Any
 from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import computed_score_share, model_flops_per_token, stage_dp_time, stage_offload_time
 from planner.errors import PlannerError
-from planner.memory import activation_bytes_per_layer, adam_bytes, stage_static_items, static_memory
+from planner.memory import activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory
 from planner.plans import evaluate
 from planner.search import plan
 from planner.space import check_precision, default_fp8_recipe, offloaded
@@ -168,10 +168,10 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                      f"{pipe.num_microbatches} micro-batches' gradients into FP32 outside the backward kernels, "
                      f"{acc:.2f} s of the step ({acc / b.step_time_s:.0%}); larger micro-batches pay it fewer times.")
     s = training.seq_length
-    act = activation_bytes_per_layer(model, lay.micro_batch_size, s, tp=lay.tp, cp=lay.cp,
-                                     sequence_parallel=lay.sequence_parallel, attention=training.attention)
-    half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), tp=lay.tp, cp=lay.cp,
-                                      sequence_parallel=lay.sequence_parallel, attention=training.attention)
+    sp = dict(tp=lay.tp, cp=lay.cp, sequence_parallel=lay.sequence_parallel, attention=training.attention,
+              saved_gather_bytes=saved_gather_bytes(training))
+    act = activation_bytes_per_layer(model, lay.micro_batch_size, s, **sp)
+    half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), **sp)
     dqk, dv = model.core_head_dims  # the attention core's FLOPs against the layers' [Korthikanti22 Eq. 7]
     core = 2 * s * model.num_attention_heads * (dqk + dv) * model.num_layers
     attn_share = core / (model_flops_per_token(model, s) / 3 - core)

@@ -26,6 +26,7 @@ __all__ = [
     "StaticMemory",
     "static_memory",
     "activation_bytes_per_layer",
+    "saved_gather_bytes",
     "stage_layers",
     "stage_params",
     "layer_params",
@@ -262,13 +263,13 @@ def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: boo
     terms = [
         (2 * sbh, "R"),  # LN1 input
         (8 * s * b, "R"),  # LN1 mean + rstd, fp32 on GPU [MemRef §2a, 'not in the paper']
-        (2 * sbh, "R"),  # QKV GEMM input
+        (2 * sbh, "G"),  # QKV GEMM input
         (6 * sbh, "T"),  # Q, K, V (views of one fused 6sbh QKV output)
         (2 * sbh, "T"),  # out-proj GEMM input (= attention output)
         *mask,  # after attention
         (2 * sbh, "R"),  # LN2 input
         (8 * s * b, "R"),  # LN2 mean + rstd
-        (2 * sbh, "R"),  # FC1 input
+        (2 * sbh, "G"),  # FC1 input
         (2 * s * b * f, "T"),  # GeLU input (FC1 output)
         (2 * s * b * f, "T"),  # FC2 input (GeLU output)
         *mask,  # after the MLP
@@ -298,12 +299,12 @@ def _llama_terms(
     terms = [
         (2 * sbh, "R"),  # RMSNorm1 input
         (4 * s * b, "R"),  # RMSNorm1 rstd, fp32
-        (2 * sbh, "R"),  # QKV GEMM input
+        (2 * sbh, "G"),  # QKV GEMM input
         (2 * sbq, "T"),  # Q after RoPE (a new tensor)
         (2 * sbq, "T"),  # attention output = out-proj GEMM input
         (2 * sbh, "R"),  # RMSNorm2 input
         (4 * s * b, "R"),  # RMSNorm2 rstd
-        (2 * sbh, "R"),  # FC1 (gate||up) GEMM input
+        (2 * sbh, "G"),  # FC1 (gate||up) GEMM input
         (4 * s * b * f, "T"),  # SwiGLU input (FC1 output, 2f wide)
         (2 * s * b * f, "T"),  # FC2 input (SwiGLU output)
     ]
@@ -398,6 +399,7 @@ def activation_bytes_per_layer(
     moe_imbalance: float = 1.0,
     recompute_modules: tuple[str, ...] = ("core_attn",),
     quant_bytes: float = 1.0,
+    saved_gather_bytes: float | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -426,6 +428,15 @@ def activation_bytes_per_layer(
             input is also the attention output flash attention keeps in BF16 for its own backward,
             so FP8 adds a 1 B copy (without recompute) or replaces it (selective recompute drops the
             core's copy).
+        saved_gather_bytes: None where sequence parallelism saves the QKV and FC1 GEMM inputs as their
+            sequence shard and all-gathers them again in backward (Megatron [Korthikanti22 §4.2.2]);
+            else bytes per element of those inputs saved whole, as all-gathered: DTensor's
+            sequence parallelism redistributes the block input Shard(1) -> Replicate at the attention
+            and FFN boundaries, and the linear keeps that gathered input for its weight gradient
+            (torchtitan: 2, BF16; 1 where torchao's float8 TP gathers in FP8) [torchtitan 0.3
+            models/common/decoder_sharding.py: set_gqa_attention_sharding, set_dense_ffn_sharding
+            (in_dst_shardings Replicate); torch autograd: mm saves its input for the weight
+            gradient; tests/test_activation_harness.py measures it on two ranks].
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
         moe_imbalance: the busiest expert rank's routed tokens over the mean (TrainingSpec.moe_imbalance).
@@ -479,7 +490,10 @@ def activation_bytes_per_layer(
             continue
         if kind == "S" and not core:
             continue
-        div = {"R": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
+        if kind == "G" and saved_gather_bytes is not None and sp_div > 1:  # saved whole, as gathered
+            total += nbytes * saved_gather_bytes / 2
+            continue
+        div = {"R": sp_div, "G": sp_div, "T": tp, "C": tp, "S": tp, "N": 1}[kind]
         total += nbytes / div
     if fp8_inputs:
         sb, q = s_loc * b, quant_bytes
@@ -1020,6 +1034,15 @@ def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = Tr
             + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
 
 
+def saved_gather_bytes(training: TrainingSpec) -> float | None:
+    """activation_bytes_per_layer's saved_gather_bytes for the training's engine: torchtitan's DTensor
+    sequence parallelism keeps the gathered QKV and FC1 inputs (1 B under torchao's float8 TP, which
+    gathers in FP8: FLOAT8_TP_RECIPES; else BF16), Megatron's the shard (None)."""
+    if not uses_torchtitan(training):
+        return None
+    return 1.0 if training.fp8 in FLOAT8_TP_RECIPES else 2.0
+
+
 def stage_activation_items(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int
 ) -> list[MemoryItem]:
@@ -1029,7 +1052,7 @@ def stage_activation_items(
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
               fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
               etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
-              recompute_modules=layout.recomputed_modules)
+              recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training))
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_layers_on(model, training, layout, stage)
 

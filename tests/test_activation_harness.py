@@ -69,3 +69,27 @@ def test_gpt_without_dropout_matches_pytorch(attn, rc):
     assert predicted == pytest.approx(measured, rel=HARNESS_TOL)
     with_masks = activation_bytes_per_layer(model.model_copy(update={"dropout": None}), b, s, recompute=rc, attention=attn)
     assert (with_masks > predicted) == (rc != "full")
+
+
+@pytest.mark.torch
+def test_dtensor_sequence_parallel_saves_the_gathered_gemm_input():
+    """torchtitan's TP (DTensor) redistributes the sequence-sharded block input to Replicate before
+    the column-parallel QKV / FC1 linears, and autograd keeps that gathered input for the weight
+    gradient: measured on two CPU ranks, each saves the whole sequence's input, 2 b s h bytes
+    (b 2, s 64, h 128: 32,768), where Megatron's sequence parallelism keeps the shard (16,384) and
+    gathers again in backward. The ledger prices torchtitan's layers that way."""
+    from torch_layers import tp_boundary_saved_bytes
+
+    b, s, h, t = 2, 64, 128, 2
+    assert tp_boundary_saved_bytes(b, s, h, out_features=96, world=t) == 2 * b * s * h == 32_768
+    model = ModelSpec(name="t", family="llama", num_layers=1, hidden_size=h, num_attention_heads=4, num_kv_heads=4,
+                      ffn_hidden_size=256, vocab_size=512)
+    megatron = activation_bytes_per_layer(model, b, s, tp=t, sequence_parallel=True)
+    titan = activation_bytes_per_layer(model, b, s, tp=t, sequence_parallel=True, saved_gather_bytes=2)
+    # the QKV and FC1 inputs: 2 x (2 b s h - 2 b s h / t) = 2 x (32,768 - 16,384)
+    assert titan - megatron == 32_768
+    fp8 = activation_bytes_per_layer(model, b, s, tp=t, sequence_parallel=True, saved_gather_bytes=1)
+    assert fp8 - megatron == 0  # gathered in FP8: 2 x (16,384 - 16,384)
+    # without sequence parallelism nothing is gathered: the inputs are whole either way
+    assert (activation_bytes_per_layer(model, b, s, tp=t, saved_gather_bytes=2)
+            == activation_bytes_per_layer(model, b, s, tp=t))

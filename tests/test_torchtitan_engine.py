@@ -569,3 +569,25 @@ def test_cpsat_equals_the_enumerator_on_torchtitans_workloads(extra):
     best = enumerate_plans(m, c, t, framework="torchtitan")[0]
     assert r.status == "optimal" and r.best.training.loss_chunks == 8
     assert (r.best.layout, r.best.time.objective_us) == (best.layout, best.time.objective_us)
+
+
+
+def test_dtensor_sequence_parallel_keeps_the_gathered_inputs():
+    """Llama-3-8B (h 4096, 32 layers), micro-batch 1 x 4096 tokens, TP 2 with sequence parallelism: torchtitan's
+    QKV and FC1 linears save their all-gathered input, 2 b s h = 33,554,432 B each in BF16, where Megatron saves
+    the 16,777,216 B sequence shard and gathers again in backward: 2 x 16,777,216 B more a layer, 2^30 B over 32
+    layers; under full recompute, the one layer re-materialised in backward. torchao's float8 TP gathers in FP8
+    (1 B per element, 16,777,216 B each), and its linears otherwise save what the BF16 ones do."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+
+    def items(framework, recompute, fp8=None):
+        t = framework_training(TrainingSpec(global_batch_size=8, seq_length=4096, fp8=fp8), framework)
+        lay = Layout(tp=2, dp=4, zero_stage=3 if framework == "torchtitan" else 1, sequence_parallel=True,
+                     recompute=recompute)
+        return {i.name: i.bytes for i in planner.evaluate(m, c, t, lay).memory.stages[0].items}
+
+    more = 2 * (33_554_432 - 16_777_216)
+    assert items("torchtitan", "none")["activations"] - items("megatron", "none")["activations"] == 32 * more
+    assert items("torchtitan", "full")["recompute_peak"] - items("megatron", "full")["recompute_peak"] == more
+    fp8 = items("torchtitan", "none", "torchao-tensorwise")["activations"]
+    assert items("torchtitan", "none")["activations"] - fp8 == 32 * 2 * 16_777_216

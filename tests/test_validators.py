@@ -262,10 +262,29 @@ def test_torchtitan_accepts_every_topk_plan():
         r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus, module=module, config=config,
                              num_layers=p.model.num_layers)
         assert r.ok, (name, p.layout.short(), r.line())
+        if p.layout.tp > 1:  # torchtitan turns sequence parallelism on with TP unless the flags say otherwise
+            assert r.details["sequence_parallel"] == p.layout.sequence_parallel, (name, p.layout.short())
         if p.layout.pp > 1:  # torchtitan's own pipeline code places the plan's layers per virtual stage
             stages = p.layout.pp * p.layout.vpp
             assert r.details["virtual_stages"] == stages
             assert r.details["stage_layers"] == list(p.layout.pipeline_layers or [p.model.num_layers // stages] * stages)
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_torchtitan_runs_the_plans_sequence_parallelism(sp):
+    """torchtitan 0.3 turns sequence parallelism on with TP by default (config/configs.py:
+    ParallelismConfig.enable_sequence_parallel = True), and its ledger differs (DTensor keeps the gathered
+    QKV and FC1 inputs): a TP plan without SP must say so, and torchtitan's parser must read it back."""
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+    from planner.space import framework_training
+
+    t = framework_training(TrainingSpec(global_batch_size=64, seq_length=4096), "torchtitan")
+    p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1), t,
+                         Layout(tp=2, dp=4, zero_stage=3, sequence_parallel=sp, recompute="full"))
+    r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus)
+    assert r.ok, r.line()
+    assert (r.details["tp"], r.details["sequence_parallel"]) == (2, sp)
 
 
 @pytest.mark.parametrize("mref, nodes, cons", [("llama3-8b", 2, {}), ("llama3-70b", 8, {"tp": [8], "pp": [1]})])

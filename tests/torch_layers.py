@@ -253,3 +253,76 @@ def op_checkpoint_saved_bytes(block: TitanBlock, b: int, s: int, save_ops) -> in
                     seen[val.untyped_storage().data_ptr()] = val.untyped_storage().nbytes()
     del out
     return sum(seen.values())
+
+
+def _tp_boundary_worker(rank: int, world: int, port: int, b: int, s: int, h: int, out_features: int, out) -> None:
+    """One rank of a sequence-parallel TP boundary as DTensor runs it (torchtitan's attention / FFN
+    input): the block input sharded on the sequence (Shard(1)), redistributed to Replicate by
+    PrepareModuleInput, into a ColwiseParallel linear; puts the bytes autograd saved for backward
+    (parameters excluded) on `out`."""
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, parallelize_module
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        torch.manual_seed(0)
+        block = torch.nn.Sequential(torch.nn.Linear(h, out_features, bias=False)).to(DT)
+        parallelize_module(block, mesh, {"": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                                  desired_input_layouts=(Replicate(),)),
+                                         "0": ColwiseParallel()})
+        params = {(p.to_local() if isinstance(p, DTensor) else p).untyped_storage().data_ptr() for p in block.parameters()}
+        seen: dict[int, int] = {}
+
+        def pack(t):
+            local = t.to_local() if isinstance(t, DTensor) else t
+            if local.untyped_storage().data_ptr() not in params:
+                seen[local.untyped_storage().data_ptr()] = local.untyped_storage().nbytes()
+            return t
+
+        x = torch.randn(b, s // world, h, dtype=DT, requires_grad=True)  # this rank's sequence shard
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = block(DTensor.from_local(x, mesh, [Shard(1)]))
+        (y.to_local() if isinstance(y, DTensor) else y).sum().backward()
+        if rank == 0:
+            out.put(sum(seen.values()))
+    finally:
+        dist.destroy_process_group()
+
+
+def tp_boundary_saved_bytes(b: int, s: int, h: int, out_features: int, world: int = 2) -> int:
+    """_tp_boundary_worker on `world` CPU ranks (gloo): rank 0's saved bytes."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_tp_boundary_worker, args=(r, world, port, b, s, h, out_features, out))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        import queue
+        import time
+
+        deadline = time.monotonic() + 120
+        while True:  # a rank that fails exits without an answer: stop waiting then
+            try:
+                return out.get(timeout=0.5)
+            except queue.Empty:
+                if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
+                    raise RuntimeError(f"a TP rank failed (exit codes {[p.exitcode for p in procs]})") from None
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()

@@ -99,7 +99,7 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
     p = cfg.parallelism
     details = {"world_size": world_size, "dp_replicate": p.data_parallel_replicate_degree,
                "dp_shard": p.data_parallel_shard_degree, "tp": p.tensor_parallel_degree, "pp": p.pipeline_parallel_degree,
-               "cp": p.context_parallel_degree, "local_batch_size": cfg.training.local_batch_size,
+               "cp": p.context_parallel_degree, "sequence_parallel": p.enable_sequence_parallel, "local_batch_size": cfg.training.local_batch_size,
                "seq_len": cfg.training.seq_len, "virtual_stages": stages, "stage_layers": stage_layers}
     if cfg.model_spec is not None:
         fp8, hp = _float8_linears(cfg.model_spec.model)
