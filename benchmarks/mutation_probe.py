@@ -314,6 +314,13 @@ MUTANTS = [
      "torchao's float8 TP input saved in BF16"),
     ("planner/memory.py", "total += nbytes * saved_gather_bytes / 2", "total += nbytes / sp_div",
      "gathered GEMM inputs saved as the shard"),
+    ("planner/torchtitan_engine.py", "return (16 if tp > 1 else 12) + (2 if pp > 1 else 0)", "return 10",
+     "torchtitan's whole loss at Megatron's 10 B a logit"),
+    ("planner/torchtitan_engine.py", "return (16 if tp > 1 else 12) +", "return 12 +",
+     "loss_parallel's backward at the one-rank peak"),
+    ("planner/torchtitan_engine.py", "(2 if pp > 1 else 0)", "0", "the last stage's held logits free"),
+    ("planner/memory.py", "inputs = 2 * s_loc * b * h / sp_div + 2 * s_loc * b * h\n",
+     "inputs = 4 * s_loc * b * h / sp_div\n", "torchtitan's output-layer input saved as the shard"),
     ("planner/space.py", "if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):",
      "if False:", "MoE ZeRO-2/3 allowed on engines that do not shard experts so"),
 ]

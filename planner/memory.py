@@ -20,7 +20,7 @@ from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, red
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
-from planner.torchtitan_engine import uses_torchtitan
+from planner.torchtitan_engine import uses_torchtitan, whole_loss_peak_sbv
 
 __all__ = [
     "StaticMemory",
@@ -1121,6 +1121,13 @@ def stage_activation_items(
             items.append(MemoryItem("logits", whole + chunk, f"final norm input, the decoder's output (its chunks copied "
                                     f"unless the batch is 1) and its FP32 gradient, one of {n} chunks' fp32 logits and "
                                     "loss transient"))
+        elif uses_torchtitan(training):  # torchtitan before 0.3: the whole sequence's eager loss [WholeLoss]
+            # the final norm's input (its sequence shard) and the output layer's, which DTensor gathers whole
+            inputs = 2 * s_loc * b * h / sp_div + 2 * s_loc * b * h
+            peak = whole_loss_peak_sbv(t, p) * s_loc * b * V / t
+            items.append(MemoryItem("logits", inputs + peak, "final norm and output layer inputs, the loss's fp32 "
+                                    "log-probabilities and gradients at its backward peak"
+                                    + (" (loss_parallel)" if t > 1 else "") + (", the bf16 logits" if p > 1 else "")))
         else:
             saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
             items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,

@@ -54,6 +54,16 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              decoder's backward gathers the unit again in every micro-batch, and under the pipeline
              (whose schedule turns sync off before each backward, stage.py: backward_maybe_with_nosync)
              the output layer's gradient is still reduce-scattered at every micro-batch's last chunk.
+Before 0.3 (the published rows' torchtitan, commit 9dec370, December 2024):
+    [WholeLoss] train.py: loss_fn is cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) over
+             the whole sequence, and the step deletes pred before loss.backward() ("need to free to
+             before bwd to avoid peaking memory"); with TP it runs inside torch's loss_parallel()
+             unless training.disable_loss_parallel (the output layer's logits stay vocab-sharded), whose
+             handlers are torch distributed/tensor/parallel/loss.py: _log_softmax (x - max, exp, the
+             shifted copy minus the log-sum-exp) and _nll_loss_and_log_softmax_backward (zeros_like,
+             then (grad_input + exp(x)) * grad_output). Under the pipeline the last stage keeps its
+             output for backward (torch distributed/pipelining/stage.py: forward_one_chunk stores it in
+             fwd_cache, backward_one_chunk pops it).
 """
 
 from __future__ import annotations
@@ -66,7 +76,7 @@ from planner.specs import Layout, TrainingSpec, num_microbatches
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
            "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
-           "LOSS_CHUNKS"]
+           "LOSS_CHUNKS", "whole_loss_peak_sbv"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -90,6 +100,18 @@ ACCUMULATE_BYTES = 4 + 2 + 4
 
 LOSS_CHUNKS = 8
 """The sequence chunks torchtitan 0.3's registry configs run the output layer and loss in [Loss]."""
+
+
+
+def whole_loss_peak_sbv(tp: int, pp: int) -> int:
+    """Bytes per local logit (s b V / tp) the whole-sequence loss holds at its peak [WholeLoss], in its
+    backward: without TP the saved FP32 log-probabilities, nll_loss's dense FP32 gradient and log_softmax's
+    FP32 input gradient (4 + 4 + 4); with TP, loss_parallel's backward builds its zeros, exp and sum
+    beside the saved log-probabilities before the product (4 + 4 + 4 + 4). Under the pipeline the BF16
+    logits stay held too (2). Measured on CPU processes (tests/test_activation_harness.py): 11.99 and
+    16.00 per logit."""
+    return (16 if tp > 1 else 12) + (2 if pp > 1 else 0)
+
 
 OFFLOAD_HOST_BYTES = 4 + 4 + 4 + 4
 """Host bytes per element of a rank's FSDP2 shard under CPU offload: the FP32 parameter, the FP32

@@ -53,16 +53,29 @@ def test_published_oom_runs_do_not_fit(results):
 def test_published_peaks_inside_the_95_percent_memory_interval(results):
     """Every published peak lies within the ledger's 95 % memory interval (the prediction shifted by
     the published residuals' bias, widened by their spread): what the OOM risk is built from. The
-    four torchtitan peaks are reserved memory under per-op checkpointing: the ledger counts 85-95 %
-    of them (the caching allocator's fragmentation and eager kernels' backward temporaries are not
-    itemised), so the interval's bias is about +10 %."""
+    four torchtitan peaks are reserved memory under per-op checkpointing: the ledger counts the
+    torch.compile runs' within 2 % and 93-94 % of the eager runs' (eager kernels' FP32 backward
+    temporaries are not itemised), so the interval's bias is about +3 %."""
     from planner.uncertainty import prediction_error
     rows = [(r, p) for r, p in results if r.peak_mem_bytes]
     assert len(rows) == 4
     for r, p in rows:
         err = prediction_error(p.cluster, p.training, p.model)
         assert abs(math.log(r.peak_mem_bytes / p.peak_memory_bytes) - err.memory_bias) <= 1.96 * err.memory_sigma
-        assert 0.8 < p.peak_memory_bytes / r.peak_mem_bytes < 1.0  # counted short, by at most a fifth
+        ratio = p.peak_memory_bytes / r.peak_mem_bytes
+        assert abs(ratio - 1) < 0.02 if "torchcompile" in r.id else 0.92 < ratio < 0.95, (r.id, ratio)
+
+
+def test_published_float8_peaks_within_the_issue_band():
+    """The eight torchtitan float8 rows that publish a peak (8B on 8 and 128 GPUs, its CP sweep at 32K tokens a
+    rank with full recompute, 70B at TP 8 with and without async TP): every one within -7 % / +2 % of the
+    ledger -- the whole-sequence loss at its backward peak (12 B a logit, 16 under loss_parallel) and DTensor's
+    gathered QKV / FC1 inputs priced; before them the CP sweep was counted 13 % short and the 70B rows 22-27 %."""
+    rows = [(r, planner.evaluate(r.model, r.cluster, r.training, r.layout))
+            for r in load_runs(low_precision=True) if r.peak_mem_bytes]
+    assert len(rows) == 8
+    for r, p in rows:
+        assert -0.07 < p.peak_memory_bytes / r.peak_mem_bytes - 1 < 0.02, r.id
 
 
 def test_a_fit_reuses_a_row_only_across_fields_its_kernels_do_not_read():

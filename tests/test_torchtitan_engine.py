@@ -508,14 +508,16 @@ def test_chunked_loss_holds_one_chunks_logits(b):
     1 (2 B) and the FP32 gradient they accumulate into (4 B) per token and hidden unit -- but the
     logits of one chunk of 1,024 tokens only, at Megatron's 10 B per logit (fp32 logits, the loss's
     working copy). The output layer stays gathered (2 B) with its gradient accumulated unsharded in
-    FP32 across the chunks (4 B) and a chunk's bf16 gradient (2 B)."""
+    FP32 across the chunks (4 B) and a chunk's bf16 gradient (2 B). Unchunked (torchtitan before 0.3),
+    the whole sequence's loss holds 12 B per logit at its backward peak (measured in
+    tests/test_activation_harness.py)."""
     st = _chunked_plan(b).memory.stages[0]
     tokens, h, V = b * 8192, 4096, 128_256
     whole = (2 + 2 + (2 if b > 1 else 0) + 4) * tokens * h
     assert st.get("logits") == pytest.approx(whole + 10 * tokens * V / 8, rel=1e-12)
     assert st.get("fsdp2_output_layer") == (2 + 4 + 2) * V * h
     unchunked = _chunked_plan(b, chunks=1).memory.stages[0]
-    assert unchunked.get("logits") == pytest.approx(4 * tokens * h + 10 * tokens * V, rel=1e-12)
+    assert unchunked.get("logits") == pytest.approx(4 * tokens * h + 12 * tokens * V, rel=1e-12)
 
 
 def test_chunked_loss_runs_its_gemms_small_and_accumulates_the_output_gradient():
@@ -591,3 +593,24 @@ def test_dtensor_sequence_parallel_keeps_the_gathered_inputs():
     assert items("torchtitan", "full")["recompute_peak"] - items("megatron", "full")["recompute_peak"] == more
     fp8 = items("torchtitan", "none", "torchao-tensorwise")["activations"]
     assert items("torchtitan", "none")["activations"] - fp8 == 32 * 2 * 16_777_216
+
+
+@pytest.mark.parametrize("tp, pp, logits_bytes", [
+    # inputs 2 s b h (final norm) + 2 s b h (output layer) = 4 x 16,384 x 4,096; loss 12 x 16,384 x 128,256
+    (1, 1, 268_435_456 + 25_216_155_648),
+    # the norm's input a sequence shard (2 s b h / 2), the output layer's gathered whole (2 s b h);
+    # loss_parallel: 16 bytes a local logit, 16 x 16,384 x 64,128
+    (2, 1, 67_108_864 + 134_217_728 + 16_810_770_432),
+    # the last pipeline stage keeps its BF16 logits too: 14 x 16,384 x 128,256
+    (1, 2, 268_435_456 + 29_418_848_256),
+])
+def test_whole_sequence_loss_ledger_by_hand(tp, pp, logits_bytes):
+    """torchtitan before 0.3 (the published rows; loss_chunks 1): Llama-3-8B, micro-batch 2 x 8,192 tokens
+    (16,384, h 4,096, V 128,256) -- the loss's peak bytes per local logit measured in
+    tests/test_activation_harness.py, the last stage's held output read in torch's pipelining stage."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192, optimizer_impl="fsdp2", kernels="unfused")
+    lay = Layout(tp=tp, pp=pp, dp=16 // (tp * pp), zero_stage=3 if pp == 1 else 2, micro_batch_size=2,
+                 sequence_parallel=tp > 1, recompute="full")
+    last = planner.evaluate(m, c, t, lay).memory.stages[-1]
+    assert {i.name: i.bytes for i in last.items}["logits"] == logits_bytes

@@ -297,7 +297,77 @@ def _tp_boundary_worker(rank: int, world: int, port: int, b: int, s: int, h: int
 
 def tp_boundary_saved_bytes(b: int, s: int, h: int, out_features: int, world: int = 2) -> int:
     """_tp_boundary_worker on `world` CPU ranks (gloo): rank 0's saved bytes."""
+    return _spawn_ranks(_tp_boundary_worker, world, (b, s, h, out_features))
+
+
+def _rss() -> tuple[int, int]:
+    """(peak, current) resident bytes of this process (Linux /proc/self/status: VmHWM, VmRSS)."""
+    got = {}
+    with open("/proc/self/status") as f:
+        for ln in f:
+            if ln.startswith(("VmHWM", "VmRSS")):
+                got[ln.split(":")[0]] = int(ln.split()[1]) * 1024
+    return got["VmHWM"], got["VmRSS"]
+
+
+def _whole_loss_worker(rank: int, world: int, port: int, tokens: int, vocab: int, h: int, out) -> None:
+    """One rank of torchtitan's pre-0.3 loss step (its train.py): BF16 logits from the output layer,
+    cross_entropy(pred.float(), labels) -- inside torch's loss_parallel() over vocab-sharded logits when
+    world > 1 --, `del pred`, backward. Run once to warm up, then again with the peak resident set reset
+    (/proc/self/clear_refs 5): puts rank 0's peak above the resident bytes before the step on `out`. The
+    parent starts it with glibc's mmap threshold fixed, so every large tensor is its own mapping, resident
+    while it lives and returned when freed."""
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        x = torch.randn(tokens, h, dtype=DT, requires_grad=True)
+        w = torch.randn(vocab // world, h, dtype=DT, requires_grad=True)
+        labels = torch.randint(0, vocab, (tokens,))
+        if world > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.tensor import DTensor, Shard
+            from torch.distributed.tensor.parallel import loss_parallel
+
+            mesh = init_device_mesh("cpu", (world,))
+
+        def step():
+            pred = x @ w.t()
+            if world > 1:
+                pred = DTensor.from_local(pred, mesh, [Shard(1)])
+                with loss_parallel():
+                    loss = torch.nn.functional.cross_entropy(pred.float(), labels)
+                    del pred
+                    loss.backward()
+            else:
+                loss = torch.nn.functional.cross_entropy(pred.float(), labels)
+                del pred
+                loss.backward()
+            x.grad = w.grad = None
+
+        step()
+        _, before = _rss()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        step()
+        if rank == 0:
+            out.put(_rss()[0] - before)
+    finally:
+        if world > 1:
+            dist.destroy_process_group()
+
+
+def _spawn_ranks(target, world: int, args: tuple, env: dict[str, str] | None = None, timeout: float = 120):
+    """Run target(rank, world, port, *args, queue) on `world` spawned CPU processes; rank 0's answer."""
+    import os
+    import queue
     import socket
+    import time
 
     import torch.multiprocessing as mp
 
@@ -306,23 +376,33 @@ def tp_boundary_saved_bytes(b: int, s: int, h: int, out_features: int, world: in
         port = sock.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_tp_boundary_worker, args=(r, world, port, b, s, h, out_features, out))
-             for r in range(world)]
-    for p in procs:
-        p.start()
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})  # spawned children inherit the environment as it is at start
     try:
-        import queue
-        import time
-
-        deadline = time.monotonic() + 120
+        procs = [ctx.Process(target=target, args=(r, world, port, *args, out)) for r in range(world)]
+        for p in procs:
+            p.start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    try:
+        deadline = time.monotonic() + timeout
         while True:  # a rank that fails exits without an answer: stop waiting then
             try:
                 return out.get(timeout=0.5)
             except queue.Empty:
                 if any(p.exitcode not in (None, 0) for p in procs) or time.monotonic() > deadline:
-                    raise RuntimeError(f"a TP rank failed (exit codes {[p.exitcode for p in procs]})") from None
+                    raise RuntimeError(f"a rank failed (exit codes {[p.exitcode for p in procs]})") from None
     finally:
         for p in procs:
             p.join(timeout=60)
             if p.is_alive():
                 p.terminate()
+
+
+def whole_loss_peak_bytes(tokens: int, vocab: int, h: int, world: int = 1) -> int:
+    """_whole_loss_worker on `world` CPU ranks: rank 0's peak bytes over its resident set before the step."""
+    return _spawn_ranks(_whole_loss_worker, world, (tokens, vocab, h), env={"MALLOC_MMAP_THRESHOLD_": "65536"})
