@@ -72,9 +72,21 @@ ZERO3_PREFETCH_LAYERS = 2
 # ASSUMPTION: ZeRO-3 keeps about two layers of gathered bf16 weights alive (the one in use and the
 # prefetched next one), as FSDP's forward prefetch does; DeepSpeed keeps what its reuse distance
 # keeps (planner.deepspeed_engine.zero3_gathered_params), FSDP2 under a pipeline the whole stage.
+MEGATRON_LOSS_PEAK_SBV = 6
+"""Bytes per local logit (s b V / tp) Megatron's loss holds at its peak: VocabParallelCrossEntropy casts
+the BF16 logits to FP32 inside its forward and works on that copy in place (max subtracted, exp, the
+division by the sum), saving it as the softmax, which its backward turns into the gradient in place
+before autograd casts it to BF16: 2 + 4 in forward, 4 + 2 in backward [megatron-core 0.19.2
+models/common/language_module/language_module.py: compute_language_model_loss (without
+--cross-entropy-loss-fusion); tensor_parallel/cross_entropy.py: VocabParallelCrossEntropy.
+calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss, calculate_gradients].
+Measured on megatron-core's own function as the peak resident memory of CPU processes, one rank and
+two: 6.01 and 6.00 (tests/test_activation_harness.py)."""
 LOSS_TRANSIENT_SBV = 6
-# ASSUMPTION: Megatron's VocabParallelCrossEntropy peaks at the bf16 logits (2sbV) plus one fp32
-# working copy (4sbV), with exp in place; [MemRef §4.8] gives 6-10 sbV/t depending on the version.
+# ASSUMPTION: Megatron-DeepSpeed's loss and torchtitan 0.3's chunked one hold the saved FP32 logits
+# (4sbV) plus the BF16 logits and one FP32 working copy (2 + 4 sbV); [MemRef §4.8] gives 6-12 sbV/t
+# by implementation (Megatron-DeepSpeed's subtracts and exponentiates out of place: up to 14 at its
+# forward, not measured here).
 
 
 @dataclass(frozen=True)
@@ -1128,10 +1140,13 @@ def stage_activation_items(
             items.append(MemoryItem("logits", inputs + peak, "final norm and output layer inputs, the loss's fp32 "
                                     "log-probabilities and gradients at its backward peak"
                                     + (" (loss_parallel)" if t > 1 else "") + (", the bf16 logits" if p > 1 else "")))
-        else:
+        elif uses_deepspeed(training):
             saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
             items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
                                     "output layer input, fp32 logits and the loss transient"))
+        else:  # Megatron: the final norm's and the output layer's inputs, the loss at its peak
+            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + MEGATRON_LOSS_PEAK_SBV * s_loc * b * V / t,
+                                    "output layer input, the bf16 logits and their fp32 copy (the loss's peak)"))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
     return items
 

@@ -106,11 +106,32 @@ def test_whole_sequence_loss_peak_matches_pytorch(world):
 
     if not sys.platform.startswith("linux"):
         pytest.skip("measures /proc/self resident memory")
-    from torch_layers import whole_loss_peak_bytes
+    from torch_layers import loss_peak_bytes
 
     from planner.torchtitan_engine import whole_loss_peak_sbv
 
     tokens, vocab, h = 4096, 4096, 16
-    measured = whole_loss_peak_bytes(tokens, vocab, h, world)
+    measured = loss_peak_bytes(tokens, vocab, h, world)
     assert measured / (tokens * vocab / world) == pytest.approx(whole_loss_peak_sbv(world, 1), rel=0.02)
     assert whole_loss_peak_sbv(world, 1) == {1: 12, 2: 16}[world]  # the counts the docstring derives
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("world", [1, 2])
+def test_megatron_loss_peak_matches_megatron_core(world, megatron_path):
+    """megatron-core 0.19.2's own vocab_parallel_cross_entropy (the loss GPTModel runs without
+    --cross-entropy-loss-fusion) on one and two CPU ranks: it casts the BF16 logits to FP32 and works on
+    that copy in place, so its peak is the BF16 logits beside the FP32 copy in forward, the FP32 gradient
+    beside its BF16 cast in backward: 2 + 4 = 6 bytes per local logit, the ledger's term."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("measures /proc/self resident memory")
+    from torch_layers import loss_peak_bytes
+
+    from planner.memory import MEGATRON_LOSS_PEAK_SBV
+
+    tokens, vocab, h = 4096, 4096, 16
+    measured = loss_peak_bytes(tokens, vocab, h, world, kind="megatron", megatron=megatron_path)
+    assert measured / (tokens * vocab / world) == pytest.approx(MEGATRON_LOSS_PEAK_SBV, rel=0.02)
+    assert MEGATRON_LOSS_PEAK_SBV == 2 + 4

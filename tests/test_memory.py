@@ -90,7 +90,9 @@ def test_uneven_stage_layers():
 
 def test_ledger_7b_on_8_gpus_by_hand():
     """Llama-2-7B, pure DP 8, bf16 grads, no ZeRO: 16 B/param static, plus activations of one
-    micro-batch of 32 layers (flash, s=4096, b=1), the logits on the (only) stage, overhead."""
+    micro-batch of 32 layers (flash, s=4096, b=1), the logits on the (only) stage, overhead. The loss:
+    the final norm's and the output layer's inputs (2 + 2 B per token and hidden unit) and Megatron's
+    cross entropy at its peak, the BF16 logits beside their FP32 copy (2 + 4 B per logit)."""
     m = planner.load_model("llama2-7b")
     c = planner.load_cluster("dgx-h100")
     tr = TrainingSpec(global_batch_size=8, seq_length=4096, grad_dtype="bf16")
@@ -100,7 +102,7 @@ def test_ledger_7b_on_8_gpus_by_hand():
     s, h, f, a, V = 4096, 4096, 11008, 32, 32000
     per_layer = s * h * (14 + 6 * 1.0) + 6 * s * f + 4 * a * s + 8 * s  # MHA: r = 1
     assert st.get("activations") == 32 * per_layer
-    assert st.get("logits") == 4 * s * h + 4 * s * V + 6 * s * V
+    assert st.get("logits") == 4 * s * h + (2 + 4) * s * V
     assert not led.fits  # 108 GB static alone exceeds 80 GB: the seed's "shard it" case
 
 
@@ -192,7 +194,8 @@ def test_fused_cross_entropy_keeps_bf16_logits_and_their_gradient():
     """flash-attn's CrossEntropyLoss (llm-foundry's default loss) saves the BF16 logits and allocates a
     BF16 gradient of the same shape in backward (flash_attn/ops/triton/cross_entropy.py), with three
     fp32 values per row: 4 s b h (final-norm and LM-head inputs) + (2 + 2) s b V + 12 s b, against
-    the FP32 path's 4 s b h + 10 s b V. MPT-1B-like: s 2048, b 4, h 2048, V 50368."""
+    Megatron's FP32 path's 4 s b h + 6 s b V (its BF16 logits beside their FP32 copy). MPT-1B-like: s 2048,
+    b 4, h 2048, V 50368."""
     from planner.specs import ModelSpec
     m = ModelSpec(name="mpt-1b", family="gpt", num_layers=24, hidden_size=2048, num_attention_heads=16,
                   ffn_hidden_size=8192, vocab_size=50368, max_position_embeddings=2048, dropout=False)
@@ -203,7 +206,7 @@ def test_fused_cross_entropy_keeps_bf16_logits_and_their_gradient():
     fp32 = memory_ledger(m, c, TrainingSpec(global_batch_size=32, seq_length=2048),
                          Layout(dp=8, micro_batch_size=4)).stages[0]
     assert fused.get("logits") == 4 * sb * 2048 + 4 * sb * 50368 + 12 * sb
-    assert fp32.get("logits") == 4 * sb * 2048 + 10 * sb * 50368
+    assert fp32.get("logits") == 4 * sb * 2048 + 6 * sb * 50368
     assert fused.get("embedding") == 0 and fp32.get("embedding") == 0  # no embedding dropout without dropout
 
 

@@ -68,21 +68,6 @@ def _plans(framework):
     return out
 
 
-@pytest.fixture(scope="module")
-def megatron_path(tmp_path_factory):
-    from planner.check import fetch_megatron, megatron_available
-
-    if megatron_available():
-        return os.environ.get("MEGATRON_PATH")
-    cache = os.environ.get("PLANNER_CACHE", str(tmp_path_factory.mktemp("megatron")))
-    try:
-        path = fetch_megatron(cache)
-    except planner.PlannerError as e:
-        pytest.skip(str(e))
-    os.environ["MEGATRON_PATH"] = path
-    return path
-
-
 def test_a_megatron_that_cannot_be_imported_is_a_one_line_error_and_the_next_check_runs(tmp_path, monkeypatch,
                                                                                         megatron_path):
     """The worker is kept between checks, per import path: one whose Megatron fails to import is

@@ -310,26 +310,38 @@ def _rss() -> tuple[int, int]:
     return got["VmHWM"], got["VmRSS"]
 
 
-def _whole_loss_worker(rank: int, world: int, port: int, tokens: int, vocab: int, h: int, out) -> None:
-    """One rank of torchtitan's pre-0.3 loss step (its train.py): BF16 logits from the output layer,
-    cross_entropy(pred.float(), labels) -- inside torch's loss_parallel() over vocab-sharded logits when
-    world > 1 --, `del pred`, backward. Run once to warm up, then again with the peak resident set reset
+def _loss_peak_worker(rank: int, world: int, port: int, tokens: int, vocab: int, h: int, kind: str,
+                      megatron: str | None, out) -> None:
+    """One rank of a training step's loss: BF16 logits from an output layer of vocab / world rows, then
+    torchtitan's pre-0.3 loss (its train.py: cross_entropy(pred.float(), labels) -- inside torch's
+    loss_parallel() over the vocab-sharded logits when world > 1 --, `del pred`, backward: kind 'torch')
+    or megatron-core's own vocab_parallel_cross_entropy over the tensor-parallel group, as its language
+    model calls it (kind 'megatron'; imported from `megatron`, a MEGATRON_PATH, where given). Run once to warm up, then again with the peak resident set reset
     (/proc/self/clear_refs 5): puts rank 0's peak above the resident bytes before the step on `out`. The
     parent starts it with glibc's mmap threshold fixed, so every large tensor is its own mapping, resident
     while it lives and returned when freed."""
     import os
+    import sys
 
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if world > 1:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
         x = torch.randn(tokens, h, dtype=DT, requires_grad=True)
         w = torch.randn(vocab // world, h, dtype=DT, requires_grad=True)
         labels = torch.randint(0, vocab, (tokens,))
-        if world > 1:
+        if kind == "megatron":
+            if megatron:
+                sys.path.insert(0, megatron)
+            from planner.check._cpu_shims import install_shims
+
+            install_shims()
+            from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+
+            group = dist.new_group(list(range(world)))
+        elif world > 1:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.tensor import DTensor, Shard
             from torch.distributed.tensor.parallel import loss_parallel
@@ -338,7 +350,11 @@ def _whole_loss_worker(rank: int, world: int, port: int, tokens: int, vocab: int
 
         def step():
             pred = x @ w.t()
-            if world > 1:
+            if kind == "megatron":  # [s, b, V / tp] logits and [s, b] labels, as GPTModel hands them over
+                loss = vocab_parallel_cross_entropy(pred.view(tokens, 1, -1), labels.view(tokens, 1), tp_group=group)
+                del pred
+                loss.sum().backward()
+            elif world > 1:
                 pred = DTensor.from_local(pred, mesh, [Shard(1)])
                 with loss_parallel():
                     loss = torch.nn.functional.cross_entropy(pred.float(), labels)
@@ -358,8 +374,7 @@ def _whole_loss_worker(rank: int, world: int, port: int, tokens: int, vocab: int
         if rank == 0:
             out.put(_rss()[0] - before)
     finally:
-        if world > 1:
-            dist.destroy_process_group()
+        dist.destroy_process_group()
 
 
 def _spawn_ranks(target, world: int, args: tuple, env: dict[str, str] | None = None, timeout: float = 120):
@@ -403,6 +418,8 @@ def _spawn_ranks(target, world: int, args: tuple, env: dict[str, str] | None = N
                 p.terminate()
 
 
-def whole_loss_peak_bytes(tokens: int, vocab: int, h: int, world: int = 1) -> int:
-    """_whole_loss_worker on `world` CPU ranks: rank 0's peak bytes over its resident set before the step."""
-    return _spawn_ranks(_whole_loss_worker, world, (tokens, vocab, h), env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+def loss_peak_bytes(tokens: int, vocab: int, h: int, world: int = 1, kind: str = "torch",
+                    megatron: str | None = None) -> int:
+    """_loss_peak_worker on `world` CPU ranks: rank 0's peak bytes over its resident set before the step."""
+    return _spawn_ranks(_loss_peak_worker, world, (tokens, vocab, h, kind, megatron),
+                        env={"MALLOC_MMAP_THRESHOLD_": "65536"})
