@@ -59,6 +59,14 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
               with partition_method='type:transformer' over [fp16 cast, embedding, the decoder
               layers, final norm, LM head, fp32 cast] [deepspeedai/Megatron-DeepSpeed@4efb479
               megatron/model/gpt_model.py: GPTModelPipe.__init__].
+    [Loss]    Megatron-DeepSpeed's loss [deepspeedai/Megatron-DeepSpeed@4efb479
+              megatron/core/tensor_parallel/cross_entropy.py: _VocabParallelCrossEntropy.forward (the
+              maximum subtracted out of place, exp in place on that copy, the division in place; the
+              softmax saved), backward (the gradient written into the softmax); megatron/model/
+              gpt_model.py: post_language_model_processing (cross_entropy(output.float(), labels) while
+              `output`, the BF16 logits, is held), GPTModelPipe (the last stage's float16_to_fp32 layer
+              and CrossEntropy's no-op .float())]; pipe/engine.py: PipelineEngine._exec_forward_pass
+              keeps the stage's output in pipe_buffers['outputs'] until _exec_backward_pass.
 """
 
 from __future__ import annotations
@@ -102,7 +110,14 @@ __all__ = [
     "SUB_GROUP_ELEMENTS",
     "offload_host_bytes",
     "offload_micro_batch_link_bytes",
+    "LOSS_PEAK_SBV",
 ]
+
+LOSS_PEAK_SBV = 10
+"""Bytes per local logit (s b V / tp) Megatron-DeepSpeed's loss holds at its peak [Loss]: without the
+pipeline, in forward, the BF16 logits, their FP32 copy and the shifted copy exp overwrites (2 + 4 + 4);
+under the pipeline engine, in backward, the FP32 output the engine keeps, the FP32 gradient written over
+the softmax and its BF16 cast (4 + 4 + 2). Derived from the source, not measured here."""
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 """zero_optimization.reduce_bucket_size the emitter writes (DeepSpeed's default): elements per

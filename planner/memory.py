@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner._memo import memo
+from planner.deepspeed_engine import LOSS_PEAK_SBV as DEEPSPEED_LOSS_PEAK_SBV
 from planner.deepspeed_engine import SUB_GROUP_ELEMENTS
 from planner.deepspeed_engine import offload_host_bytes as deepspeed_offload_host_bytes
 from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
@@ -83,10 +84,9 @@ calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss, 
 Measured on megatron-core's own function as the peak resident memory of CPU processes, one rank and
 two: 6.01 and 6.00 (tests/test_activation_harness.py)."""
 LOSS_TRANSIENT_SBV = 6
-# ASSUMPTION: Megatron-DeepSpeed's loss and torchtitan 0.3's chunked one hold the saved FP32 logits
-# (4sbV) plus the BF16 logits and one FP32 working copy (2 + 4 sbV); [MemRef §4.8] gives 6-12 sbV/t
-# by implementation (Megatron-DeepSpeed's subtracts and exponentiates out of place: up to 14 at its
-# forward, not measured here).
+# ASSUMPTION: torchtitan 0.3's chunked loss holds, per chunk, the saved FP32 logits (4sbV) plus the BF16
+# logits and one FP32 working copy (2 + 4 sbV); [MemRef §4.8] gives 6-12 sbV/t by implementation, and
+# torchtitan compiles that loss by default (CompileConfig.components), which this does not describe.
 
 
 @dataclass(frozen=True)
@@ -1140,10 +1140,9 @@ def stage_activation_items(
             items.append(MemoryItem("logits", inputs + peak, "final norm and output layer inputs, the loss's fp32 "
                                     "log-probabilities and gradients at its backward peak"
                                     + (" (loss_parallel)" if t > 1 else "") + (", the bf16 logits" if p > 1 else "")))
-        elif uses_deepspeed(training):
-            saved = 4 * s_loc * b * h / sp_div + 4 * s_loc * b * V / t
-            items.append(MemoryItem("logits", saved + LOSS_TRANSIENT_SBV * s_loc * b * V / t,
-                                    "output layer input, fp32 logits and the loss transient"))
+        elif uses_deepspeed(training):  # Megatron-DeepSpeed's loss at its peak (deepspeed_engine [Loss])
+            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + DEEPSPEED_LOSS_PEAK_SBV * s_loc * b * V / t,
+                                    "output layer input, the fp32 logits and the loss's working copy"))
         else:  # Megatron: the final norm's and the output layer's inputs, the loss at its peak
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + MEGATRON_LOSS_PEAK_SBV * s_loc * b * V / t,
                                     "output layer input, the bf16 logits and their fp32 copy (the loss's peak)"))

@@ -44,7 +44,8 @@ def test_reduce_buckets_are_what_deepspeed_allocates(training, layout, expected)
     lp = p.memory.peak_stage.get("bf16_grads")  # BF16_Optimizer's BF16 gradients: below
     assert lp == (2 * m.num_params if training.grad_dtype == "fp32" and layout.zero_stage == 1
                   and training.precision == "bf16" else 0)
-    # the loss: Megatron-DeepSpeed's 10 B a logit (assumed) against megatron-core's 6 (measured), 4096 x 128,256 logits
+    # the loss: Megatron-DeepSpeed's 10 B a logit (the BF16 logits, their FP32 copy and the shifted copy its
+    # exp overwrites) against megatron-core's 6 (the logits and one FP32 copy), over 4096 x 128,256 logits
     loss = (10 - 6) * 4096 * 128_256
     assert p.peak_memory_bytes - megatron.peak_memory_bytes == pytest.approx(expected + gather + lp + loss)  # nothing else
 
@@ -351,3 +352,15 @@ def test_bf16_optimizer_keeps_bf16_gradients_beside_its_fp32_buffer():
     assert st.get("gradients") == pytest.approx(4 * local, rel=1e-12)
     for t, z in ((tr.model_copy(update={"grad_dtype": "bf16"}), 1), (tr, 2)):
         assert evaluate(m, c, t, Layout(tp=2, dp=4, zero_stage=z, micro_batch_size=4)).memory.stages[0].get("bf16_grads") == 0
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_megatron_deepspeed_loss_by_hand(pp):
+    """Megatron-DeepSpeed's loss (deepspeed_engine [Loss]) peaks at 10 B per local logit with and without
+    DeepSpeed's pipeline engine: BF16 logits + FP32 copy + the shifted copy its in-place exp overwrites
+    (2 + 4 + 4), or the FP32 output the pipeline keeps + the FP32 gradient + its BF16 cast (4 + 4 + 2).
+    Llama-3-8B, 4096 tokens, TP 2 with sequence parallelism: the final norm's and output layer's inputs
+    4 x 4096 x 4096 / 2 = 33,554,432 B, the loss 10 x 4096 x 64,128 = 2,626,682,880 B on the last stage."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    p = evaluate(m, c, _ds(), Layout(tp=2, pp=pp, dp=8 // pp, zero_stage=1, sequence_parallel=True))
+    assert p.memory.stages[-1].get("logits") == 33_554_432 + 2_626_682_880
