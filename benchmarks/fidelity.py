@@ -151,6 +151,15 @@ def print_table(title: str, groups: dict[str, list[float]]) -> None:
     print(f"{'median of group medians':34s} {'':5s} {statistics.median(meds):13.1%}")
 
 
+def print_memory(title: str, mem: dict[str, list[float]]) -> None:
+    """Per group: rows that publish a peak, the ledger's median and largest signed error against them."""
+    if not mem:
+        return
+    print(f"\n{title:34s} {'rows':>5s} {'median err':>13s} {'max |err|':>10s} {'worst under':>12s}")
+    for g, errs in sorted(mem.items()):
+        print(f"{g:34s} {len(errs):5d} {statistics.median(errs):+13.1%} {max(abs(e) for e in errs):10.1%} {min(errs):+12.1%}")
+
+
 def print_table_p90(title: str, results) -> None:
     """print_errors_p90 of the evaluated rows."""
     print_errors_p90(title, summarise(results)[0])
@@ -194,10 +203,7 @@ def main(argv=None) -> int:
         logo = leave_one_group_out(runs)
         print_table("leave one source group out", {g: [e for _, e in v] for g, v in logo.items()})
         print_taus("ranking within sweeps, leave group out", [x for v in logo.values() for x in v])
-    if mem:
-        print(f"\n{'peak memory (where published)':34s} {'rows':>5s} {'median err':>13s} {'max |err|':>10s} {'worst under':>12s}")
-        for g, errs in sorted(mem.items()):
-            print(f"{g:34s} {len(errs):5d} {statistics.median(errs):+13.1%} {max(abs(e) for e in errs):10.1%} {min(errs):+12.1%}")
+    print_memory("peak memory (where published)", mem)
     ooms = [(r, p) for r, p, _ in results if r.oom and p is not None]
     if ooms:
         agree = sum(not p.fits for _, p in ooms)
@@ -259,6 +265,7 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
     unfit = sum(p is not None and not p.fits and not r.oom for r, p, _ in results)
     print(f"FP8 rows evaluated: {len(results)}; refused by evaluate: {sum(p is None for _, p, _ in results)}; "
           f"predicted not to fit: {unfit}")
+    print_memory("FP8 peak memory (where published)", summarise(results)[1])
     if logo:
         held = leave_one_group_out(runs, load_runs(), runs)
         print_errors_p90("FP8 rows, leave one source group out", {g: [e for _, e in v] for g, v in held.items()})
