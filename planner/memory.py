@@ -21,7 +21,7 @@ from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, red
 from planner.errors import SpecError
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
-from planner.torchtitan_engine import uses_torchtitan, whole_loss_peak_sbv
+from planner.torchtitan_engine import chunk_loss_peak_sbv, uses_torchtitan, whole_loss_peak_sbv
 
 __all__ = [
     "StaticMemory",
@@ -83,10 +83,6 @@ models/common/language_module/language_module.py: compute_language_model_loss (w
 calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss, calculate_gradients].
 Measured on megatron-core's own function as the peak resident memory of CPU processes, one rank and
 two: 6.01 and 6.00 (tests/test_activation_harness.py)."""
-LOSS_TRANSIENT_SBV = 6
-# ASSUMPTION: torchtitan 0.3's chunked loss holds, per chunk, the saved FP32 logits (4sbV) plus the BF16
-# logits and one FP32 working copy (2 + 4 sbV); [MemRef §4.8] gives 6-12 sbV/t by implementation, and
-# torchtitan compiles that loss by default (CompileConfig.components), which this does not describe.
 
 
 @dataclass(frozen=True)
@@ -1129,10 +1125,10 @@ def stage_activation_items(
         elif training.loss_chunks > 1:  # torchtitan's ChunkedLossWrapper (torchtitan_engine [Loss])
             n = training.loss_chunks
             whole = (2 / sp_div + 2 + (2 if b > 1 else 0) + 4) * s_loc * b * h  # norm input, output, chunk copies, FP32 grad
-            chunk = (4 + LOSS_TRANSIENT_SBV) * s_loc * b * V / (t * n)
+            chunk = chunk_loss_peak_sbv(t) * s_loc * b * V / (t * n)
             items.append(MemoryItem("logits", whole + chunk, f"final norm input, the decoder's output (its chunks copied "
-                                    f"unless the batch is 1) and its FP32 gradient, one of {n} chunks' fp32 logits and "
-                                    "loss transient"))
+                                    f"unless the batch is 1) and its FP32 gradient, one of {n} chunks' logits and its "
+                                    "compiled loss at their peak"))
         elif uses_torchtitan(training):  # torchtitan before 0.3: the whole sequence's eager loss [WholeLoss]
             # the final norm's input (its sequence shard) and the output layer's, which DTensor gathers whole
             inputs = 2 * s_loc * b * h / sp_div + 2 * s_loc * b * h

@@ -54,6 +54,12 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              decoder's backward gathers the unit again in every micro-batch, and under the pipeline
              (whose schedule turns sync off before each backward, stage.py: backward_maybe_with_nosync)
              the output layer's gradient is still reduce-scattered at every micro-batch's last chunk.
+             Each chunk's loss is CrossEntropyLoss, compiled where compile.enable is on (the emitter
+             turns it on; CompileConfig.components defaults to ["model", "loss"], BaseLoss._maybe_compile):
+             cross_entropy_loss is cross_entropy(pred.flatten(0, 1).float(), labels, reduction="sum")
+             without TP and _LossParallelCrossEntropy (FP32 log-probabilities saved; its backward
+             scatters into zeros_like, then (grad_input + exp(log_probs)) * grad_output cast to BF16)
+             with it; the loop holds the chunk's BF16 logits through the chunk's backward.
 Before 0.3 (the published rows' torchtitan, commit 9dec370, December 2024):
     [WholeLoss] train.py: loss_fn is cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1)) over
              the whole sequence, and the step deletes pred before loss.backward() ("need to free to
@@ -76,7 +82,7 @@ from planner.specs import Layout, TrainingSpec, num_microbatches
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
            "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
-           "LOSS_CHUNKS", "whole_loss_peak_sbv"]
+           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -101,6 +107,16 @@ ACCUMULATE_BYTES = 4 + 2 + 4
 LOSS_CHUNKS = 8
 """The sequence chunks torchtitan 0.3's registry configs run the output layer and loss in [Loss]."""
 
+
+
+def chunk_loss_peak_sbv(tp: int) -> int:
+    """Bytes per logit of one chunk torchtitan 0.3's compiled chunk loss holds at its peak [Loss]. Without
+    TP, 2 + 2: compiled, AOTAutograd's partitioner saves only the BF16 logits (and two FP32 numbers a
+    row) and the backward writes the BF16 gradient directly; measured on CPU processes with
+    torch.compile (4.15; tests/test_activation_harness.py). With TP, 2 + 4 + 4 + 2: the held BF16
+    logits, the FP32 log-probabilities the Function saves, the FP32 gradient its scatter builds and
+    the BF16 cast of the product (ASSUMPTION: compile fuses the rest; eager it measures 18)."""
+    return 4 if tp == 1 else 12
 
 
 def whole_loss_peak_sbv(tp: int, pp: int) -> int:

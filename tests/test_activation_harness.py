@@ -135,3 +135,27 @@ def test_megatron_loss_peak_matches_megatron_core(world, megatron_path):
     measured = loss_peak_bytes(tokens, vocab, h, world, kind="megatron", megatron=megatron_path)
     assert measured / (tokens * vocab / world) == pytest.approx(MEGATRON_LOSS_PEAK_SBV, rel=0.02)
     assert MEGATRON_LOSS_PEAK_SBV == 2 + 4
+
+
+@pytest.mark.torch
+def test_compiled_chunk_loss_peak_matches_pytorch():
+    """torchtitan 0.3's chunk loss without TP, compiled as its trainer compiles it (torch.compile of
+    cross_entropy(pred.flatten(0, 1).float(), labels, reduction="sum")), the chunk's BF16 logits held through
+    its backward as ChunkedLossWrapper's loop holds them: AOTAutograd saves only the BF16 logits (and two FP32
+    numbers a row) and the backward writes a BF16 gradient, 2 + 2 bytes per logit, against 12 eager."""
+    import sys
+
+    import shutil
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("measures /proc/self resident memory")
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("torch.compile on a CPU needs a C++ compiler (apt-get install g++)")
+    from torch_layers import loss_peak_bytes
+
+    from planner.torchtitan_engine import chunk_loss_peak_sbv
+
+    tokens, vocab, h = 4096, 4096, 16
+    measured = loss_peak_bytes(tokens, vocab, h, 1, kind="compiled")
+    assert measured / (tokens * vocab) == pytest.approx(chunk_loss_peak_sbv(1), rel=0.06)
+    assert chunk_loss_peak_sbv(1) == 2 + 2

@@ -506,15 +506,15 @@ def test_chunked_loss_holds_one_chunks_logits(b):
     """Llama-3-8B (h 4096, V 128,256) at s = 8192: the decoder's output is held whole -- the final
     norm's input (2 B), the output itself (2 B), its chunks' contiguous copies where the batch is not
     1 (2 B) and the FP32 gradient they accumulate into (4 B) per token and hidden unit -- but the
-    logits of one chunk of 1,024 tokens only, at Megatron's 10 B per logit (fp32 logits, the loss's
-    working copy). The output layer stays gathered (2 B) with its gradient accumulated unsharded in
+    logits of one chunk of 1,024 tokens only, at 4 B per logit: the compiled loss keeps the chunk's BF16
+    logits and writes their BF16 gradient (measured in tests/test_activation_harness.py). The output layer stays gathered (2 B) with its gradient accumulated unsharded in
     FP32 across the chunks (4 B) and a chunk's bf16 gradient (2 B). Unchunked (torchtitan before 0.3),
     the whole sequence's loss holds 12 B per logit at its backward peak (measured in
     tests/test_activation_harness.py)."""
     st = _chunked_plan(b).memory.stages[0]
     tokens, h, V = b * 8192, 4096, 128_256
     whole = (2 + 2 + (2 if b > 1 else 0) + 4) * tokens * h
-    assert st.get("logits") == pytest.approx(whole + 10 * tokens * V / 8, rel=1e-12)
+    assert st.get("logits") == pytest.approx(whole + (2 + 2) * tokens * V / 8, rel=1e-12)
     assert st.get("fsdp2_output_layer") == (2 + 4 + 2) * V * h
     unchunked = _chunked_plan(b, chunks=1).memory.stages[0]
     assert unchunked.get("logits") == pytest.approx(4 * tokens * h + 12 * tokens * V, rel=1e-12)

@@ -316,7 +316,8 @@ def _loss_peak_worker(rank: int, world: int, port: int, tokens: int, vocab: int,
     torchtitan's pre-0.3 loss (its train.py: cross_entropy(pred.float(), labels) -- inside torch's
     loss_parallel() over the vocab-sharded logits when world > 1 --, `del pred`, backward: kind 'torch')
     or megatron-core's own vocab_parallel_cross_entropy over the tensor-parallel group, as its language
-    model calls it (kind 'megatron'; imported from `megatron`, a MEGATRON_PATH, where given). Run once to warm up, then again with the peak resident set reset
+    model calls it (kind 'megatron'; imported from `megatron`, a MEGATRON_PATH, where given), or torchtitan
+    0.3's chunk loss without TP, compiled, its logits held through backward (kind 'compiled'). Run once to warm up, then again with the peak resident set reset
     (/proc/self/clear_refs 5): puts rank 0's peak above the resident bytes before the step on `out`. The
     parent starts it with glibc's mmap threshold fixed, so every large tensor is its own mapping, resident
     while it lives and returned when freed."""
@@ -348,9 +349,15 @@ def _loss_peak_worker(rank: int, world: int, port: int, tokens: int, vocab: int,
 
             mesh = init_device_mesh("cpu", (world,))
 
+        if kind == "compiled":  # torchtitan 0.3's cross_entropy_loss without TP, as BaseLoss._maybe_compile runs it
+            compiled = torch.compile(lambda pred, lab: torch.nn.functional.cross_entropy(
+                pred.flatten(0, 1).float(), lab.flatten(0, 1), reduction="sum", ignore_index=-100))
+
         def step():
             pred = x @ w.t()
-            if kind == "megatron":  # [s, b, V / tp] logits and [s, b] labels, as GPTModel hands them over
+            if kind == "compiled":  # ChunkedLossWrapper holds the chunk's logits through its backward
+                compiled(pred.unsqueeze(0), labels.unsqueeze(0)).backward()
+            elif kind == "megatron":  # [s, b, V / tp] logits and [s, b] labels, as GPTModel hands them over
                 loss = vocab_parallel_cross_entropy(pred.view(tokens, 1, -1), labels.view(tokens, 1), tp_group=group)
                 del pred
                 loss.sum().backward()
