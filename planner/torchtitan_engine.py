@@ -108,7 +108,6 @@ LOSS_CHUNKS = 8
 """The sequence chunks torchtitan 0.3's registry configs run the output layer and loss in [Loss]."""
 
 
-
 def chunk_loss_peak_sbv(tp: int) -> int:
     """Bytes per logit of one chunk torchtitan 0.3's compiled chunk loss holds at its peak [Loss]. Without
     TP, 2 + 2: compiled, AOTAutograd's partitioner saves only the BF16 logits (and two FP32 numbers a
