@@ -317,10 +317,10 @@ def _loss_peak_worker(rank: int, world: int, port: int, tokens: int, vocab: int,
     loss_parallel() over the vocab-sharded logits when world > 1 --, `del pred`, backward: kind 'torch')
     or megatron-core's own vocab_parallel_cross_entropy over the tensor-parallel group, as its language
     model calls it (kind 'megatron'; imported from `megatron`, a MEGATRON_PATH, where given), or torchtitan
-    0.3's chunk loss without TP, compiled, its logits held through backward (kind 'compiled'). Run once to warm up, then again with the peak resident set reset
-    (/proc/self/clear_refs 5): puts rank 0's peak above the resident bytes before the step on `out`. The
-    parent starts it with glibc's mmap threshold fixed, so every large tensor is its own mapping, resident
-    while it lives and returned when freed."""
+    0.3's chunk loss without TP, compiled, its logits held through backward (kind 'compiled'). Run once to
+    warm up, then again with the peak resident set reset (/proc/self/clear_refs 5): puts rank 0's peak
+    above the resident bytes before the step on `out`. The parent starts it with glibc's mmap threshold
+    fixed, so every large tensor is its own mapping, resident while it lives and returned when freed."""
     import os
     import sys
 
