@@ -9,10 +9,11 @@ from typing import Any
 from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import computed_score_share, model_flops_per_token, stage_dp_time, stage_offload_time
 from planner.errors import PlannerError
-from planner.memory import activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory
+from planner.memory import (activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory,
+                            weight_and_adam_bytes)
 from planner.plans import evaluate
 from planner.search import plan
-from planner.space import check_precision, default_fp8_recipe, offloaded
+from planner.space import check_precision, default_fp8_recipe, framework_training, offloaded
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.topology import placement
 
@@ -132,7 +133,8 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     """explain(), and the status of the plan it explains (one of planner.search.STATUSES)."""
     lines = []
     psi = model.num_params
-    st = static_memory(psi, grad_dtype=training.grad_dtype, optimizer_bytes=adam_bytes(training)).total
+    param_bytes, optimizer_bytes = weight_and_adam_bytes(framework_training(training, framework))  # the target's engine
+    st = static_memory(psi, grad_dtype=training.grad_dtype, optimizer_bytes=optimizer_bytes, param_bytes=param_bytes).total
     per_param = f"{st / psi:g}"
     usable = cluster.usable_memory
     need = "must be sharded (ZeRO) or split (TP/PP)" if st > usable else "fits on one GPU unsharded"

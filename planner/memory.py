@@ -26,6 +26,7 @@ from planner.torchtitan_engine import chunk_loss_peak_sbv, uses_torchtitan, whol
 __all__ = [
     "StaticMemory",
     "static_memory",
+    "weight_and_adam_bytes",
     "activation_bytes_per_layer",
     "saved_gather_bytes",
     "stage_layers",
@@ -173,6 +174,16 @@ def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, s
     if uses_deepspeed(training) and layout.zero_stage == 3:
         return states + PARAM_BYTES * min(psi, SUB_GROUP_ELEMENTS)
     return states + offload_staging_bytes(model, training, layout, stage)
+
+
+def weight_and_adam_bytes(training: TrainingSpec, zero_stage: int | None = None) -> tuple[float, float]:
+    """(weight, Adam state) bytes per parameter on the training's engine: FSDP2, which torchtitan applies
+    at ZeRO-3 and for replication alike (zero_stage 0 or 3; None: either), keeps the sharded FP32 weight
+    as Adam's master, so 4 and Adam's bytes less the master's 4; every other engine the BF16 weight (2)
+    and adam_bytes."""
+    if uses_torchtitan(training) and zero_stage in (None, 0, 3):
+        return FSDP2_PARAM_BYTES, adam_bytes(training) - FSDP2_PARAM_BYTES
+    return PARAM_BYTES, adam_bytes(training)
 
 
 def static_memory(
@@ -858,11 +869,10 @@ def stage_static_items(
     # torchtitan applies FSDP2 for ZeRO-3 and for replication alike (a replicate x 1 mesh: the
     # "shard" is the whole weight) [torchtitan 0.3 models/llama3/parallelize.py: apply_fsdp_to_decoder]
     fsdp2 = uses_torchtitan(training) and layout.zero_stage in (0, 3)
-    master = FSDP2_PARAM_BYTES if fsdp2 else 0  # FSDP2's sharded FP32 weight is Adam's master
+    param_bytes, optimizer_bytes = weight_and_adam_bytes(training, layout.zero_stage)
     shards = param_shards(model, layout, stage, layers)
-    st = sharded_static_memory(shards, grad_dtype=training.grad_dtype,
-                               zero_stage=layout.zero_stage, optimizer_bytes=adam_bytes(training) - master,
-                               param_bytes=master or PARAM_BYTES)
+    st = sharded_static_memory(shards, grad_dtype=training.grad_dtype, zero_stage=layout.zero_stage,
+                               optimizer_bytes=optimizer_bytes, param_bytes=param_bytes)
     kept = 1 - training.optimizer_offload  # the rest is pinned on the host (stage_host_bytes)
     if fsdp2 and training.optimizer_offload:  # CPUOffloadPolicy: the whole shard on the host
         items = [MemoryItem(name, 0.0, "on the host (FSDP2 CPU offload)") for name in ("weights", "gradients", "optimizer")]

@@ -614,3 +614,15 @@ def test_whole_sequence_loss_ledger_by_hand(tp, pp, logits_bytes):
                  sequence_parallel=tp > 1, recompute="full")
     last = planner.evaluate(m, c, t, lay).memory.stages[-1]
     assert {i.name: i.bytes for i in last.items}["logits"] == logits_bytes
+
+
+def test_explain_states_the_engines_static_bytes():
+    """explain's first sentence reads the ledger's bytes per parameter for the target's engine: FSDP2's FP32
+    weight shard is Adam's master (4 + 4 + 8 = 16 B with FP32 gradients), Megatron's BF16 weight beside the FP32
+    gradient and Adam's master, m and v (2 + 4 + 12 = 18 B)."""
+    from planner.explain import explain
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    assert " x 16 bytes " in explain(m, c, t, framework="torchtitan", sensitivities=False)[0]
+    assert " x 18 bytes " in explain(m, c, t, framework="megatron", sensitivities=False)[0]
