@@ -267,9 +267,17 @@ def test_torchtitan_runs_the_plans_sequence_parallelism(sp):
     t = framework_training(TrainingSpec(global_batch_size=64, seq_length=4096), "torchtitan")
     p = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1), t,
                          Layout(tp=2, dp=4, zero_stage=3, sequence_parallel=sp, recompute="full"))
-    r = check_torchtitan(list(p.to_torchtitan().args), p.num_gpus)
+    files = p.to_torchtitan()
+    r = check_torchtitan(list(files.args), p.num_gpus)
     assert r.ok, r.line()
     assert (r.details["tp"], r.details["sequence_parallel"]) == (2, sp)
+    # torchtitan 0.2 has no key to turn SP off: no 0.2-style TOML for such a plan, and asked for, a one-line refusal
+    assert ("job.toml" in files.files) == sp
+    if not sp:
+        from planner.emit.torchtitan import torchtitan_toml
+
+        with pytest.raises(planner.PlannerError, match="TOML is not written for TP without sequence parallelism"):
+            torchtitan_toml(p)
 
 
 @pytest.mark.parametrize("mref, nodes, cons", [("llama3-8b", 2, {}), ("llama3-70b", 8, {"tp": [8], "pp": [1]})])

@@ -132,6 +132,10 @@ def torchtitan_toml(plan: Plan) -> str:
     if plan.training.fp8 is not None:
         raise PlannerError("torchtitan: the 0.2-style TOML is not written for float8 (its keys are not checked "
                            f"against {TORCHTITAN_VERSION}); use train.sh with {JOB_MODULE}.py")
+    if _tp_without_sp(plan):
+        raise PlannerError("torchtitan: the 0.2-style TOML is not written for TP without sequence parallelism "
+                           "(torchtitan 0.2 shards every TP plan's norms on the sequence, no key turns it off); "
+                           "use train.sh, which turns it off")
     t, lay = plan.training, plan.layout
     tables: dict[str, dict] = {
         "parallelism": _degrees(plan),
@@ -223,4 +227,13 @@ def to_torchtitan(plan: Plan) -> LaunchFiles:
     ]) + "\n"
     if fp8:  # no 0.2-style TOML: its float8 keys are not checked against a torchtitan the planner targets
         return LaunchFiles("torchtitan", {"train.sh": script, f"{JOB_MODULE}.py": float8_job_module(plan)}, tuple(args))
+    if _tp_without_sp(plan):  # no 0.2-style TOML: 0.2 cannot turn sequence parallelism off
+        return LaunchFiles("torchtitan", {"train.sh": script}, tuple(args))
     return LaunchFiles("torchtitan", {"train.sh": script, "job.toml": torchtitan_toml(plan)}, tuple(args))
+
+
+def _tp_without_sp(plan: Plan) -> bool:
+    """TP without sequence parallelism: torchtitan 0.3 turns it off with --parallelism.no-enable_sequence_parallel;
+    0.2 has no such key and always shards the norms on the sequence [torchtitan v0.2.2
+    torchtitan/models/llama3/infra/parallelize.py: apply_tp, SequenceParallel() for the norms]."""
+    return plan.layout.tp > 1 and not plan.layout.sequence_parallel
