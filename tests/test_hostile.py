@@ -240,12 +240,12 @@ def test_hf_shape_keys_under_a_dense_architecture_are_refused(key, value):
 EVIL = 'llama-8b\ntouch PWNED\n#$(touch PWNED2)`touch PWNED3`;"\'[/]'
 
 
-def _evil_plan(zero: int = 1, framework: str = "megatron"):
+def _evil_plan(zero: int = 1, framework: str = "megatron", sequence_parallel: bool = False):
     m = load_model("llama3-8b").model_copy(update={"name": EVIL})
     c = load_cluster("dgx-h100", nodes=2)
     c = c.model_copy(update={"gpu": c.gpu.model_copy(update={"name": "H100\n$(touch PWNED4)"})})
     t = framework_training(planner.TrainingSpec(global_batch_size=16, seq_length=4096), framework)
-    return planner.evaluate(m, c, t, planner.Layout(tp=8, dp=2, zero_stage=zero))
+    return planner.evaluate(m, c, t, planner.Layout(tp=8, dp=2, zero_stage=zero, sequence_parallel=sequence_parallel))
 
 
 def _fake_bin(folder: Path) -> Path:
@@ -281,7 +281,7 @@ def test_adversarial_names_execute_no_command_but_their_own(tmp_path, framework)
 
 
 def test_toml_has_only_its_own_tables():
-    p = _evil_plan(3, "torchtitan")
+    p = _evil_plan(3, "torchtitan", sequence_parallel=True)  # the 0.2-style TOML cannot run TP without SP
     doc = tomllib.loads(p.to_torchtitan().files["job.toml"])
     assert set(doc) == {"parallelism", "training", "activation_checkpoint", "compile"}
 
