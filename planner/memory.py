@@ -1146,12 +1146,10 @@ def stage_activation_items(
             items.append(MemoryItem("logits", inputs + peak, "final norm and output layer inputs, the loss's fp32 "
                                     "log-probabilities and gradients at its backward peak"
                                     + (" (loss_parallel)" if t > 1 else "") + (", the bf16 logits" if p > 1 else "")))
-        elif uses_deepspeed(training):  # Megatron-DeepSpeed's loss at its peak (deepspeed_engine [Loss])
-            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + DEEPSPEED_LOSS_PEAK_SBV * s_loc * b * V / t,
-                                    "output layer input, the fp32 logits and the loss's working copy"))
-        else:  # Megatron: the final norm's and the output layer's inputs, the loss at its peak
-            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + MEGATRON_LOSS_PEAK_SBV * s_loc * b * V / t,
-                                    "output layer input, the bf16 logits and their fp32 copy (the loss's peak)"))
+        else:  # Megatron's vocab-parallel loss, or Megatron-DeepSpeed's (deepspeed_engine [Loss]), at its peak
+            peak = DEEPSPEED_LOSS_PEAK_SBV if uses_deepspeed(training) else MEGATRON_LOSS_PEAK_SBV
+            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + peak * s_loc * b * V / t,
+                                    "final norm and output layer inputs, the loss at its peak"))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
     return items
 

@@ -95,6 +95,15 @@ def test_dtensor_sequence_parallel_saves_the_gathered_gemm_input():
             == activation_bytes_per_layer(model, b, s, tp=t))
 
 
+def _needs_resident_memory() -> None:
+    """Skips a test that measures peak resident memory where /proc/self cannot give and reset it."""
+    import os
+    import sys
+
+    if not (sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)):
+        pytest.skip("measures /proc/self resident memory (Linux, clear_refs writable)")
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("world", [1, 2])
 def test_whole_sequence_loss_peak_matches_pytorch(world):
@@ -102,11 +111,7 @@ def test_whole_sequence_loss_peak_matches_pytorch(world):
     backward; torch's loss_parallel over vocab-sharded logits with TP), measured as the peak resident bytes
     of CPU processes: 12 bytes per local logit on one rank, 16 on each of two. The ledger's loss term is
     that many bytes per local logit (s b V / tp); the inputs of x and w (h = 16) add < 1 %."""
-    import os
-    import sys
-
-    if not (sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)):
-        pytest.skip("measures /proc/self resident memory (Linux, clear_refs writable)")
+    _needs_resident_memory()
     from torch_layers import loss_peak_bytes
 
     from planner.torchtitan_engine import whole_loss_peak_sbv
@@ -124,11 +129,7 @@ def test_megatron_loss_peak_matches_megatron_core(world, megatron_path):
     --cross-entropy-loss-fusion) on one and two CPU ranks: it casts the BF16 logits to FP32 and works on
     that copy in place, so its peak is the BF16 logits beside the FP32 copy in forward, the FP32 gradient
     beside its BF16 cast in backward: 2 + 4 = 6 bytes per local logit, the ledger's term."""
-    import os
-    import sys
-
-    if not (sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)):
-        pytest.skip("measures /proc/self resident memory (Linux, clear_refs writable)")
+    _needs_resident_memory()
     from torch_layers import loss_peak_bytes
 
     from planner.memory import MEGATRON_LOSS_PEAK_SBV
@@ -145,12 +146,9 @@ def test_compiled_chunk_loss_peak_matches_pytorch():
     cross_entropy(pred.flatten(0, 1).float(), labels, reduction="sum")), the chunk's BF16 logits held through
     its backward as ChunkedLossWrapper's loop holds them: AOTAutograd saves only the BF16 logits (and two FP32
     numbers a row) and the backward writes a BF16 gradient, 2 + 2 bytes per logit, against 12 eager."""
-    import os
     import shutil
-    import sys
 
-    if not (sys.platform.startswith("linux") and os.access("/proc/self/clear_refs", os.W_OK)):
-        pytest.skip("measures /proc/self resident memory (Linux, clear_refs writable)")
+    _needs_resident_memory()
     if not (shutil.which("g++") or shutil.which("c++")):
         pytest.skip("torch.compile on a CPU needs a C++ compiler (apt-get install g++)")
     from torch_layers import loss_peak_bytes

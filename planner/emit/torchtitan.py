@@ -111,7 +111,7 @@ def torchtitan_overrides(plan: Plan) -> list[str]:
     for k, v in _degrees(plan).items():
         args += [f"--parallelism.{k}", str(v)]
     local = t.global_batch_size // lay.dp  # torchtitan's local batch is per data-parallel rank
-    if lay.tp > 1 and not lay.sequence_parallel:  # torchtitan 0.3 turns SP on with TP unless told (configs.py:
+    if _tp_without_sp(plan):  # torchtitan 0.3 turns SP on with TP unless told (configs.py:
         args += ["--parallelism.no-enable_sequence_parallel"]  # ParallelismConfig.enable_sequence_parallel)
     args += ["--training.local_batch_size", str(local), "--training.global_batch_size", str(t.global_batch_size),
              "--training.seq_len", str(t.seq_length)]
