@@ -85,6 +85,8 @@ __all__ = [
     "training_flops",
     "time_to_train_s",
     "ddp_bucket_params",
+    "loss_traffic_bytes",
+    "loss_seconds",
 ]
 
 FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
@@ -825,9 +827,12 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
     out = []
     for stage in stages:
         # logits GEMM forward + 2x backward on the last stage (in loss_chunks GEMMs of a chunk's
-        # tokens); the loss is negligible beside it
+        # tokens), and the loss's memory-bound passes over the logits (loss_seconds)
         n = training.loss_chunks
-        logits = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp]) if stage == p - 1 else 0.0
+        logits = 0.0
+        if stage == p - 1:
+            logits = (3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp])
+                      + loss_seconds(model, cluster, training, layout))
         if stage == p - 1 and n > 1:  # every chunk after the first adds its output-layer gradient into the FP32 one
             out_params = model.vocab_size * model.hidden_size / tp  # (torchtitan_engine [Loss], [NoSync])
             logits += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
@@ -850,6 +855,45 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         out.append(_Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc,
                            epc, acc, tuple(offsets)))
     return out
+
+
+MEGATRON_LOSS_TRAFFIC_BYTES = (2 + 4) + 8 + 8 + (4 + 4 + 2)
+"""HBM bytes per local logit (s b V / tp) Megatron's loss reads and writes in one micro-batch, as the
+emitted --cross-entropy-loss-fusion runs it (NVIDIA's own Llama-3 FP8 example turns it on):
+fused_vocab_parallel_cross_entropy, the unfused function's steps in four torch.compile'd pieces
+[megatron-core 0.19.2 fusions/fused_cross_entropy.py: calculate_logits_max, calculate_predicted_logits,
+calculate_cross_entropy_loss, calculate_gradients; jit.py: jit_fuser = torch.compile]. Forward: the FP32
+copy of the BF16 logits with its row maximum (read 2, write 4), the subtraction, exp and row sum (read
+and write 4), the division into the softmax (read and write 4); backward: the gradient from the saved
+softmax, written back into it and cast to BF16 (read 4, write 4 and 2). ASSUMPTION: one kernel a piece
+(Inductor fuses each piece's pointwise ops with its row reduction); unfused, the same steps move 52
+(the cast, the maximum, the subtraction, exp, the sum and the division each a pass; deepspeed_engine.
+LOSS_TRAFFIC_BYTES)."""
+FUSED_LOSS_TRAFFIC_BYTES = 2 + 2 + 2
+"""The same for flash-attn's fused cross-entropy (TrainingSpec.cross_entropy 'fused', llm-foundry's):
+its forward kernel reads the BF16 logits once (the log-sum-exp kept per row), its backward reads them
+again and writes the BF16 gradient [flash-attn flash_attn/ops/triton/cross_entropy.py:
+cross_entropy_fwd_kernel, cross_entropy_bwd_kernel]."""
+
+
+def loss_traffic_bytes(training: TrainingSpec, tp: int) -> float:
+    """HBM bytes per local logit the loss moves in one micro-batch's forward and backward, as the plan's
+    engine runs it (the cases of memory.stage_activation_items' logits item, in its order)."""
+    if training.cross_entropy == "fused":
+        return FUSED_LOSS_TRAFFIC_BYTES
+    if training.loss_chunks > 1:
+        return torchtitan_engine.chunk_loss_traffic_bytes(tp)
+    if uses_torchtitan(training):
+        return torchtitan_engine.whole_loss_traffic_bytes(tp)
+    return deepspeed_engine.LOSS_TRAFFIC_BYTES if uses_deepspeed(training) else MEGATRON_LOSS_TRAFFIC_BYTES
+
+
+def loss_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Seconds of the loss's memory-bound passes over one micro-batch's logits on the last pipeline rank:
+    loss_traffic_bytes over its b s / cp tokens and V / tp vocabulary columns, at the HBM bandwidth the
+    elementwise passes get. Full recomputation does not re-run it (the loss is outside the layers)."""
+    logits = layout.micro_batch_size * training.seq_length / layout.cp * model.vocab_size / layout.tp
+    return loss_traffic_bytes(training, layout.tp) * logits / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
 
 
 def accumulates_apart(training: TrainingSpec) -> bool:

@@ -111,6 +111,7 @@ __all__ = [
     "offload_host_bytes",
     "offload_micro_batch_link_bytes",
     "LOSS_PEAK_SBV",
+    "LOSS_TRAFFIC_BYTES",
 ]
 
 LOSS_PEAK_SBV = 10
@@ -118,6 +119,12 @@ LOSS_PEAK_SBV = 10
 pipeline, in forward, the BF16 logits, their FP32 copy and the shifted copy exp overwrites (2 + 4 + 4);
 under the pipeline engine, in backward, the FP32 output the engine keeps, the FP32 gradient written over
 the softmax and its BF16 cast (4 + 4 + 2). Derived from the source, not measured here."""
+
+LOSS_TRAFFIC_BYTES = (2 + 4) + 4 + 8 + 8 + 4 + 8 + 8 + (4 + 2)
+"""HBM bytes per local logit Megatron-DeepSpeed's loss reads and writes in one micro-batch [Loss], one
+pass per step (it has no fused loss): the model's FP32 cast of the logits (read 2, write 4; its backward
+casts the gradient back, read 4, write 2), the maximum (4), the shifted copy (8), exp in place (8), the
+sum (4), the division in place (8) and, backward, the in-place product with the output gradient (8): 52."""
 
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 """zero_optimization.reduce_bucket_size the emitter writes (DeepSpeed's default): elements per

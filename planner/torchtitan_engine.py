@@ -82,7 +82,8 @@ from planner.specs import Layout, TrainingSpec, num_microbatches
 __all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
            "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
-           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv"]
+           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv",
+           "whole_loss_traffic_bytes", "chunk_loss_traffic_bytes"]
 
 KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
@@ -126,6 +127,30 @@ def whole_loss_peak_sbv(tp: int, pp: int) -> int:
     logits stay held too (2). Measured on CPU processes (tests/test_activation_harness.py): 11.99 and
     16.00 per logit."""
     return (16 if tp > 1 else 12) + (2 if pp > 1 else 0)
+
+
+def whole_loss_traffic_bytes(tp: int) -> int:
+    """HBM bytes per local logit the whole-sequence eager loss reads and writes in one micro-batch
+    [WholeLoss]. Without TP: the FP32 cast (read 2, write 4); log_softmax's kernel for a row too long for
+    shared memory reads the row three times (its maximum, the sum of exponentials, the epilogue) and
+    writes once (16); backward, nll_loss's FP32 zeros (4), log_softmax's backward kernel (a sum over the
+    gradient row, then the gradient and the output read and the input gradient written: 16) and the
+    cast back to BF16 (6): 48 [torch aten/src/ATen/native/cuda/SoftMax.cu: host_softmax ->
+    cunn_SoftMaxForward, host_softmax_backward -> cunn_SoftMaxBackward]. With TP, loss_parallel's
+    handlers run as separate ops: the cast (6), the maximum (4), the shifted copy (8), exp (8), the sum
+    (4), the shifted copy minus the log-sum-exp (8); backward zeros (4), exp (8), the sum with the
+    scattered gradient (12), the product with the output gradient (8), the cast (6): 76."""
+    return 76 if tp > 1 else 48
+
+
+def chunk_loss_traffic_bytes(tp: int) -> int:
+    """The same for torchtitan 0.3's compiled chunk loss [Loss]. Without TP, 4 + 4: the compiled forward
+    reads the BF16 chunk twice (its maximum, then the sum of exponentials; two FP32 numbers a row kept)
+    and the compiled backward reads it once more and writes the BF16 gradient (ASSUMPTION: the read
+    count of Inductor's kernels, the saved tensors measured: chunk_loss_peak_sbv). With TP the
+    all-reduces inside loss_parallel's handlers split the graph, so the eager count is taken (76,
+    ASSUMPTION)."""
+    return 76 if tp > 1 else 8
 
 
 OFFLOAD_HOST_BYTES = 4 + 4 + 4 + 4

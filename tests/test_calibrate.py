@@ -127,6 +127,7 @@ MODEL = "llama3-8b"
 RUNS = [  # layouts chosen to expose every parameter: DP across nodes, TP-heavy, long sequences, PP
     (TrainingSpec(global_batch_size=32, seq_length=8192), Layout(tp=1, dp=32, zero_stage=1)),
     (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=32, zero_stage=1, micro_batch_size=2)),
+    (TrainingSpec(global_batch_size=32, seq_length=2048), Layout(tp=1, dp=32, zero_stage=1)),  # DP-bound: scale-out
     (TrainingSpec(global_batch_size=256, seq_length=8192), Layout(tp=2, dp=16, zero_stage=1, sequence_parallel=True)),
     (TrainingSpec(global_batch_size=256, seq_length=8192), Layout(tp=8, dp=4, zero_stage=1, sequence_parallel=True)),
     (TrainingSpec(global_batch_size=64, seq_length=32768), Layout(tp=4, cp=2, dp=4, zero_stage=1, sequence_parallel=True)),

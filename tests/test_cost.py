@@ -436,10 +436,12 @@ def test_interleaved_p2p_overlaps_the_next_chunk_by_default():
     assert send > chunk > 0
 
 
-def test_last_stage_pays_the_logits_gemm():
+def test_last_stage_pays_the_logits_gemm_and_the_loss():
     """With a flat GEMM efficiency of 0.5, the last stage's compute exceeds the first's by the
     output layer: forward 2 tokens h V plus backward twice that, at 0.5 x 989 TFLOP/s
-    (tokens = 4096, h = 4096, V = 128,256)."""
+    (tokens = 4096, h = 4096, V = 128,256), and by megatron-core's fused loss over the 4096 x 128,256
+    logits: forward the FP32 copy and its maximum (2 + 4), exp and the sum (4 + 4), the division
+    (4 + 4), backward the gradient written back and cast (4 + 4 + 2) = 32 B a logit, at 0.89 x 3.35 TB/s."""
     from planner.cost import pipeline_time
     m = planner.load_model("llama3-8b")
     c = planner.load_cluster("dgx-h100", nodes=1)
@@ -447,7 +449,35 @@ def test_last_stage_pays_the_logits_gemm():
     tr = TrainingSpec(global_batch_size=8, seq_length=4096)
     pt = pipeline_time(m, c, tr, Layout(pp=2, dp=4))
     logits = 3 * 2 * 4096 * 4096 * 128_256 / (0.5 * 989e12)
-    assert pt.stages[1].compute - pt.stages[0].compute == pytest.approx(logits, rel=1e-9)
+    loss = 32 * 4096 * 128_256 / (0.89 * 3.35e12)
+    assert pt.stages[1].compute - pt.stages[0].compute == pytest.approx(logits + loss, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine, tp, per_logit", [
+    # Megatron's fused loss (the emitted --cross-entropy-loss-fusion), see the test above
+    ({}, 1, 32),
+    # Megatron-DeepSpeed: one pass per step (cast 6, max 4, shift 8, exp 8, sum 4, divide 8; backward product 8, cast 6)
+    ({"optimizer_impl": "deepspeed"}, 1, 52),
+    # torchtitan before 0.3, eager: cast 6, log_softmax 3 reads + 1 write (16); backward zeros 4, softmax backward
+    # 16, cast 6; with TP loss_parallel's separate ops: 6 + 4 + 8 + 8 + 4 + 8 and 4 + 8 + 12 + 8 + 6
+    ({"optimizer_impl": "fsdp2", "kernels": "unfused"}, 1, 48),
+    ({"optimizer_impl": "fsdp2", "kernels": "unfused"}, 2, 76),
+    # torchtitan 0.3's compiled chunk loss: two reads of the BF16 chunk forward, a read and a BF16 write backward
+    ({"optimizer_impl": "fsdp2", "kernels": "unfused", "loss_chunks": 8}, 1, 8),
+    # flash-attn's fused loss (llm-foundry): one read forward, a read and a write backward
+    ({"cross_entropy": "fused", "kernels": "unfused"}, 1, 6),
+])
+def test_the_loss_moves_each_engines_bytes_per_logit(engine, tp, per_logit):
+    """loss_seconds: the engine's bytes per local logit over b s V / tp logits at 0.89 x 3.35 TB/s
+    (Llama-3-8B, micro-batch 2, s 4096, V 128,256); a CP rank holds s / cp of the tokens."""
+    from planner.cost import loss_seconds
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=16, seq_length=4096, **engine)
+    lay = Layout(tp=tp, dp=8 // tp, micro_batch_size=2, sequence_parallel=tp > 1)
+    assert loss_seconds(m, c, tr, lay) == pytest.approx(per_logit * 2 * 4096 * 128_256 / tp / (0.89 * 3.35e12), rel=1e-12)
+    if tp == 1 and not engine:
+        cp2 = Layout(tp=1, dp=4, cp=2, micro_batch_size=2)
+        assert loss_seconds(m, c, tr, cp2) == pytest.approx(32 * 2 * 2048 * 128_256 / (0.89 * 3.35e12), rel=1e-12)
 
 
 def test_selective_recompute_pays_the_attention_core_again():

@@ -509,11 +509,13 @@ def test_the_update_bound_holds_when_the_first_rank_holds_the_most_layers():
     DeepSeek-V3 (3 leading dense layers, 61 layers) on 256 GB200 (64 per NVLink domain) at pp 4 puts
     16 layers on the first rank, whose optimizer steps fewer parameters than a middle rank's 16 MoE
     layers would, so the bound was 316 us above the true update and the proven optimum re-evaluated
-    below the solver's objective (checked_plan refused it). The bound is now the least over the ranks."""
+    below the solver's objective (checked_plan refused it). The bound is now the least over the ranks.
+    Since the loss's passes are priced on the last rank, that MXFP8 optimum moved its extra layer off the
+    first rank; in BF16 the optimum is pp 2 with 31 of the 61 layers on the first rank."""
     m, c = planner.load_model("deepseek-v3"), planner.load_cluster("gb200-nvl72", nodes=64, nvlink_domain_size=64)
-    r = plan(m, c, TrainingSpec(global_batch_size=4096, seq_length=4096, fp8="mxfp8"), top_k=1, structural=False,
-             time_limit_s=120)
-    assert r.status == "optimal" and r.best.layout.pp == 4 and stage_layers(m, r.best.layout)[0] == 16
+    r = plan(m, c, TrainingSpec(global_batch_size=4096, seq_length=4096), top_k=1, structural=False, time_limit_s=120)
+    layers = stage_layers(m, r.best.layout)
+    assert r.status == "optimal" and r.best.layout.pp > 1 and layers[0] == max(layers) > min(layers)
 
 
 def _compositions(total: int, parts: int, least: int = 1):

@@ -116,6 +116,8 @@ def test_megatron_accepts_every_topk_plan(megatron_path):
         # dropout runs where the ledger keeps its masks (GPT), nowhere else (Megatron's default is 0.1)
         dropout = 0.1 if p.model.uses_dropout else 0.0
         assert (r.details["hidden_dropout"], r.details["attention_dropout"]) == (dropout, dropout), name
+        # the loss the cost model prices (cost.MEGATRON_LOSS_TRAFFIC_BYTES): megatron-core's fused one
+        assert r.details["cross_entropy"] == "native", name
 
 
 @pytest.mark.parametrize("change,stage", [

@@ -137,6 +137,8 @@ def _validate(p: dict) -> dict:
                "activation": getattr(cfg.activation_func, "__name__", str(cfg.activation_func)),
                "gated_linear_unit": bool(cfg.gated_linear_unit), "glu_linear_offset": cfg.glu_linear_offset,
                "activation_func_clamp_value": cfg.activation_func_clamp_value,
+               # the loss GPTModel computes (language_module.py: compute_language_model_loss)
+               "cross_entropy": (cfg.cross_entropy_fusion_impl if cfg.cross_entropy_loss_fusion else "unfused"),
                "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
                "moe_shared_expert_gate": bool(getattr(cfg, "moe_shared_expert_gate", False)),
                "moe_shared_expert_intermediate_size": getattr(cfg, "moe_shared_expert_intermediate_size", None),

@@ -35,6 +35,7 @@ srun torchrun --nnodes 16 --nproc-per-node 8 \
   --recompute-method uniform \
   --recompute-num-layers 1 \
   --bf16 \
+  --cross-entropy-loss-fusion \
   --attention-backend flash \
   --mock-data \
   --lr 3.0e-4 \

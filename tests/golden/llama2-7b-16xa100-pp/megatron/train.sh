@@ -34,6 +34,7 @@ torchrun --nnodes 2 --nproc-per-node 8 \
   --recompute-method uniform \
   --recompute-num-layers 1 \
   --bf16 \
+  --cross-entropy-loss-fusion \
   --attention-backend flash \
   --mock-data \
   --lr 3.0e-4 \

@@ -37,6 +37,7 @@ torchrun --nnodes 8 --nproc-per-node 8 \
   --overlap-param-gather \
   --recompute-granularity selective \
   --bf16 \
+  --cross-entropy-loss-fusion \
   --attention-backend flash \
   --mock-data \
   --lr 3.0e-4 \

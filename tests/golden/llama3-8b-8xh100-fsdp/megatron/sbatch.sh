@@ -41,6 +41,7 @@ srun torchrun --nnodes 1 --nproc-per-node 8 \
   --overlap-param-gather \
   --recompute-granularity selective \
   --bf16 \
+  --cross-entropy-loss-fusion \
   --attention-backend flash \
   --mock-data \
   --lr 3.0e-4 \
