@@ -87,6 +87,8 @@ __all__ = [
     "ddp_bucket_params",
     "loss_traffic_bytes",
     "loss_seconds",
+    "OutputTime",
+    "output_time",
 ]
 
 FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
@@ -826,17 +828,7 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
     compute, rc, tpc, cpc, epc = base
     out = []
     for stage in stages:
-        # logits GEMM forward + 2x backward on the last stage (in loss_chunks GEMMs of a chunk's
-        # tokens), and the loss's memory-bound passes over the logits (loss_seconds)
-        n = training.loss_chunks
-        logits = 0.0
-        if stage == p - 1:
-            logits = (3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp])
-                      + loss_seconds(model, cluster, training, layout))
-        if stage == p - 1 and n > 1:  # every chunk after the first adds its output-layer gradient into the FP32 one
-            out_params = model.vocab_size * model.hidden_size / tp  # (torchtitan_engine [Loss], [NoSync])
-            logits += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
-                       / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency))
+        logits = output_time(model, cluster, training, layout).total if stage == p - 1 else 0.0
         offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
 
         def instead(n: int, lt_other: LayerTime) -> None:
@@ -894,6 +886,34 @@ def loss_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     elementwise passes get. Full recomputation does not re-run it (the loss is outside the layers)."""
     logits = layout.micro_batch_size * training.seq_length / layout.cp * model.vocab_size / layout.tp
     return loss_traffic_bytes(training, layout.tp) * logits / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
+
+
+@dataclass(frozen=True)
+class OutputTime:
+    """Seconds per micro-batch the last pipeline rank spends on the output layer and the loss, beside its layers."""
+
+    gemm: float
+    """The logits GEMM forward and twice backward (in loss_chunks GEMMs of a chunk's tokens), and each
+    later chunk's add of its output-layer gradient into the FP32 one (torchtitan_engine [Loss], [NoSync])."""
+    loss: float
+    """The loss's memory-bound passes over the logits (loss_seconds)."""
+
+    @property
+    def total(self) -> float:
+        """Both."""
+        return self.gemm + self.loss
+
+
+def output_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> OutputTime:
+    """The last rank's output layer and loss for one micro-batch."""
+    n, tp = training.loss_chunks, layout.tp
+    tokens = layout.micro_batch_size * training.seq_length / layout.cp
+    gemm = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp])
+    if n > 1:
+        out_params = model.vocab_size * model.hidden_size / tp
+        gemm += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
+                 / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency))
+    return OutputTime(gemm, loss_seconds(model, cluster, training, layout))
 
 
 def accumulates_apart(training: TrainingSpec) -> bool:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import computed_score_share, model_flops_per_token, stage_dp_time, stage_offload_time
+from planner.cost import (computed_score_share, loss_traffic_bytes, model_flops_per_token, output_time, stage_coefficients,
+                          stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory,
                             weight_and_adam_bytes)
@@ -162,6 +163,13 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
         lines.append(f"Pipeline: {lay.pp} stages x {lay.vpp} virtual, {pipe.num_microbatches} micro-batches: the bubble "
                      f"(p-1)/(v m) = {(lay.pp - 1) / (lay.vpp * pipe.num_microbatches):.1%} of the ideal, "
                      f"{pipe.bubble:.2f} s per step.")
+        out = output_time(b.model, b.cluster, b.training, lay)
+        per_layer = stage_coefficients(b.model, b.cluster, b.training, lay, lay.pp - 1).per_layer * 1e-6
+        last = pipe.stages[-1].layers
+        lines.append(f"The last rank also runs the output layer and the loss: {out.total * 1e3:.1f} ms a micro-batch "
+                     f"(the logits GEMMs {out.gemm * 1e3:.1f} ms, the loss's passes over its logits {out.loss * 1e3:.1f} ms "
+                     f"at {loss_traffic_bytes(b.training, lay.tp):g} B a logit), {out.total / per_layer:.1f} layers' time; "
+                     f"it holds {last} of the layers, the busiest rank {max(st.layers for st in pipe.stages)}.")
     else:
         lines.append("No pipeline parallelism, so no bubble.")
     acc = b.time.breakdown()["grad_accum"]
