@@ -401,6 +401,15 @@ def _moe_measured_tokens(row: dict) -> float | None:
     return (row.get("derived") or {}).get("tokens_per_sec_per_gpu")
 
 
+def _moe_loss(row: dict) -> str:
+    """The loss kernel the run's declared stack runs: Megatron-Bridge's perf recipes set
+    cross_entropy_loss_fusion with cross_entropy_fusion_impl='te', Transformer Engine's loss
+    [NVIDIA-NeMo/Megatron-Bridge@a9497c6 scripts/performance/dryrun_configs/gpt_oss/
+    gpt_oss_120b_pretrain_gb200_fp8_mx_v2.yaml: model.cross_entropy_fusion_impl: te, and the other
+    models' perf configs alike]; the NeMo 2 scripts' is left at megatron-core's (ASSUMPTION: not checked)."""
+    return "te" if "Megatron-Bridge" in str(row.get("software", "")) else "fp32"
+
+
 def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str, str]]]:
     """The MoE rows the planner can price as Runs, and (id, reason) for the others.
 
@@ -445,6 +454,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
                         overlap_grad_reduce=dp > 1, overlap_param_gather=dp > 1,
                         pipeline_layers=_stage_split(model.num_layers, pp * vpp))
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
-                                grad_dtype="bf16", fp8_param_gather=_moe_fp8_param_gather(fp8))
+                                grad_dtype="bf16", fp8_param_gather=_moe_fp8_param_gather(fp8),
+                                cross_entropy=_moe_loss(r))
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
     return runs, skipped

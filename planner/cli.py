@@ -131,9 +131,10 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32", help="gradient buffer: bf16 = 16 B/param, fp32 = 18 (default)")
     p.add_argument("--attention", choices=["flash", "eager"], default="flash")
-    p.add_argument("--cross-entropy", choices=["fp32", "fused"], default="fp32",
-                   help="loss kernel: fp32 logits (Megatron, torch; default) or fused (flash-attn's, llm-foundry's "
-                        "default; priced with --framework any, not emitted)")
+    p.add_argument("--cross-entropy", choices=["fp32", "fused", "te"], default="fp32",
+                   help="loss kernel: fp32 logits (Megatron, torch; default), fused (flash-attn's, llm-foundry's "
+                        "default) or te (Transformer Engine's, Megatron-Bridge's); fused and te priced with "
+                        "--framework any, not emitted")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise "
                         "or torchao-tensorwise (torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")

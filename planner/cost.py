@@ -868,9 +868,19 @@ again and writes the BF16 gradient [flash-attn flash_attn/ops/triton/cross_entro
 cross_entropy_fwd_kernel, cross_entropy_bwd_kernel]."""
 
 
+TE_LOSS_TRAFFIC_BYTES = 2 + 2 + 2
+"""The same for Transformer Engine's parallel cross-entropy (TrainingSpec.cross_entropy 'te'): its forward
+kernel reads the BF16 logits once for the row's maximum and sum (online softmax), the loss kernel
+touches one logit a row, and the backward kernel reads them again and writes the gradient over them
+[NVIDIA/TransformerEngine@02965d2 transformer_engine/pytorch/triton/cross_entropy.py:
+online_softmax_kernel, cross_entropy_forward_kernel, cross_entropy_backward_kernel]."""
+
+
 def loss_traffic_bytes(training: TrainingSpec, tp: int) -> float:
     """HBM bytes per local logit the loss moves in one micro-batch's forward and backward, as the plan's
     engine runs it (the cases of memory.stage_activation_items' logits item, in its order)."""
+    if training.cross_entropy == "te":
+        return TE_LOSS_TRAFFIC_BYTES
     if training.cross_entropy == "fused":
         return FUSED_LOSS_TRAFFIC_BYTES
     if training.loss_chunks > 1:

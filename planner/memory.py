@@ -1127,7 +1127,12 @@ def stage_activation_items(
         items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))
     if stage == p - 1:
         # final-norm input + output-GEMM input + fp32 logits: 4sbh(1 + V/h)/t [MemRef §2c]
-        if training.cross_entropy == "fused":  # the BF16 logits and their BF16 gradient, three fp32 per
+        if training.cross_entropy == "te":  # the BF16 logits, the gradient written over them, three fp32 per
+            # row (max, sum, target logit) [NVIDIA/TransformerEngine@02965d2 transformer_engine/pytorch/triton/
+            # cross_entropy.py: cross_entropy_forward (m_d_X_y), cross_entropy_backward (in place, returns _input)]
+            items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + 2 * s_loc * b * V / t + 12 * s_loc * b,
+                                    "final norm and output layer inputs, bf16 logits holding their gradient (TE loss)"))
+        elif training.cross_entropy == "fused":  # the BF16 logits and their BF16 gradient, three fp32 per
             # row (loss, lse, z-loss) [flash-attn flash_attn/ops/triton/cross_entropy.py: CrossEntropyLoss:
             # save_for_backward(logits, lse, labels); backward: dlogits = torch.empty_like(logits)]
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + (2 + 2) * s_loc * b * V / t + 12 * s_loc * b,

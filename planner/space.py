@@ -20,6 +20,10 @@ from planner.torchtitan_engine import stage_split as torchtitan_stage_split
 
 __all__ = ["check_layout", "layout_problems", "num_microbatches", "divisors", "validate_constraints"]
 
+LOSS_KERNELS = {"fused": "flash-attn's loss, llm-foundry's",
+                "te": "Transformer Engine's loss, Megatron-Bridge's; megatron-core 0.19.2's launcher rejects it"}
+"""The loss kernels TrainingSpec.cross_entropy prices that no launch config turns on."""
+
 
 def divisors(n: int) -> list[int]:
     """Positive divisors of n, ascending."""
@@ -928,8 +932,9 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")
     if training.cross_entropy != "fp32" and framework not in (None, "any"):
-        raise PlannerError(f"training.cross_entropy: 'fused' (flash-attn's loss) is priced but no launch config turns "
-                           f"it on; framework '{framework}' would keep FP32 logits (use framework='any')")
+        raise PlannerError(f"training.cross_entropy: '{training.cross_entropy}' ({LOSS_KERNELS[training.cross_entropy]}) "
+                           f"is priced but no launch config turns it on; framework '{framework}' would keep FP32 logits "
+                           "(use framework='any')")
     if training.document_tokens is not None and framework in ("megatron", "deepspeed"):
         raise PlannerError(f"training.document_tokens: per-document attention masks are torchtitan's; framework "
                            f"'{framework}' attends causally over the whole sequence (use framework='torchtitan' or 'any')")

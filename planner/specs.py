@@ -782,11 +782,13 @@ class TrainingSpec(_Spec):
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': PyTorch's own
     kernels as FSDP trainers run them (llm-foundry; torchtitan, whose compiled blocks it predicts:
     planner.torchtitan_engine.KERNELS)."""
-    cross_entropy: Literal["fp32", "fused"] = "fp32"
+    cross_entropy: Literal["fp32", "fused", "te"] = "fp32"
     """The loss kernel: 'fp32' works on an FP32 copy of the logits (Megatron's vocab-parallel cross
     entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
-    (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'). Priced, not
-    emitted: the launch configs refuse it."""
+    (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'); 'te' writes
+    the gradient over the BF16 logits (Transformer Engine's parallel cross-entropy, which Megatron-
+    Bridge's recipes turn on: cross_entropy_fusion_impl='te'). 'fused' and 'te' are priced, not
+    emitted: the launch configs refuse them (megatron-core 0.19.2's validate_args rejects 'te')."""
     fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise"] | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8), or torchao's float8 as torchtitan runs it: 'rowwise'

@@ -466,6 +466,8 @@ def test_last_stage_pays_the_logits_gemm_and_the_loss():
     ({"optimizer_impl": "fsdp2", "kernels": "unfused", "loss_chunks": 8}, 1, 8),
     # flash-attn's fused loss (llm-foundry): one read forward, a read and a write backward
     ({"cross_entropy": "fused", "kernels": "unfused"}, 1, 6),
+    # Transformer Engine's loss (Megatron-Bridge): the online-softmax read forward, a read and the in-place write backward
+    ({"cross_entropy": "te"}, 1, 6),
 ])
 def test_the_loss_moves_each_engines_bytes_per_logit(engine, tp, per_logit):
     """loss_seconds: the engine's bytes per local logit over b s V / tp logits at 0.89 x 3.35 TB/s

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.outputs import write_folder
+from planner.space import LOSS_KERNELS
 
 __all__ = ["LaunchFiles", "LAUNCH_FILE_NAMES", "dump_json", "script_word", "toml_value", "refuse_megatron_only",
            "refuse_other_engine"]
@@ -50,8 +51,9 @@ def refuse_unemitted(plan, target: str) -> None:
     from planner.errors import PlannerError
 
     if plan.training.cross_entropy != "fp32":
-        raise PlannerError(f"{target}: training.cross_entropy 'fused' (flash-attn's loss, llm-foundry's) is priced but "
-                           "not emitted; this config would keep FP32 logits the plan does not count")
+        raise PlannerError(f"{target}: training.cross_entropy '{plan.training.cross_entropy}' "
+                           f"({LOSS_KERNELS[plan.training.cross_entropy]}) is priced but not emitted; this config would "
+                           "keep FP32 logits the plan does not count")
     if plan.training.document_tokens is not None and target != "torchtitan":  # torchtitan masks per document always
         raise PlannerError(f"{target}: training.document_tokens prices attention masked per document; this config "
                            "attends causally over the whole sequence (emit for torchtitan, or drop document_tokens)")
