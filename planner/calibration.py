@@ -212,6 +212,9 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",
         grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",
+        # Transformer Engine's loss where the run chose it (megatron-core's otherwise: cost.loss_traffic_bytes)
+        cross_entropy="te" if (_arg(args, "cross_entropy_loss_fusion", where, kind=bool, default=False)
+                               and args.get("cross_entropy_fusion_impl") == "te") else "fp32",
     )
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), micro_batch_size=_arg(args, "micro_batch_size", where),

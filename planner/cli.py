@@ -683,6 +683,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32")
     p.add_argument("--kernels", choices=["fused", "unfused"], default=None,
                    help="fused (Megatron/NeMo, the default for their logs) or unfused (eager PyTorch: torchtitan, DeepSpeed)")
+    p.add_argument("--cross-entropy", choices=["fp32", "fused", "te"], default="fp32",
+                   help="for logs without Megatron's argument dump: the loss kernel the run used (te: Transformer "
+                        "Engine's, as Megatron-Bridge's recipes set; fp32: megatron-core's or torch's; default)")
     p.add_argument("--optimizer-offload", type=_fraction, default=0.0,
                    help="for logs without an argument dump: the optimizer share the run kept on the host "
                         "(torchtitan's training.enable_cpu_offload: 1)")
@@ -875,6 +878,7 @@ def _cmd_calibrate(a, out: Console) -> int:
                 raise _UsageError(f"--loss-chunks: {m.source} is a {m.framework} log; a chunked loss is torchtitan's")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
                                     grad_dtype=a.grad_dtype, kernels=kernels, optimizer_offload=a.optimizer_offload,
+                                    cross_entropy=a.cross_entropy,
                                     loss_chunks=(a.loss_chunks or TORCHTITAN_LOSS_CHUNKS) if titan else 1,
                                     # torchtitan's FSDP2 (DeepSpeed's engine: deepspeed_setup, where ZeRO is on)
                                     optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if m.framework == "torchtitan" else None)

@@ -347,6 +347,19 @@ def test_megatron_arguments_carry_the_fp8_recipe():
         megatron_setup(dict(states, exp_avg_sq_dtype="torch.uint8"), planner.load_model(MODEL), m.source)
 
 
+def test_megatron_arguments_carry_the_loss_kernel():
+    """A run that printed cross_entropy_fusion_impl te with the fusion on ran Transformer Engine's loss
+    (2 B a logit held, not megatron-core's 6): the ledger of its last rank follows."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model(MODEL)
+    assert megatron_setup(m.args, model, m.source)[0].cross_entropy == "fp32"
+    te = dict(m.args, cross_entropy_loss_fusion="True", cross_entropy_fusion_impl="te")
+    assert megatron_setup(te, model, m.source)[0].cross_entropy == "te"
+    native = dict(m.args, cross_entropy_loss_fusion="True", cross_entropy_fusion_impl="native")
+    assert megatron_setup(native, model, m.source)[0].cross_entropy == "fp32"
+    assert megatron_setup(dict(te, cross_entropy_loss_fusion="False"), model, m.source)[0].cross_entropy == "fp32"
+
+
 def test_megatron_arguments_carry_fp8_param_gather_and_bf16_end_layers():
     """--fp8-param-gather and --first-last-layers-bf16 with their counts (TransformerConfig's defaults
     1 and 1 where the dump omits them) reach the TrainingSpec the log is priced with; FP4 weights
@@ -439,3 +452,18 @@ def test_a_zero_offload_run_is_read_and_priced_offloaded(tmp_path):
     rc = main(["calibrate", "gpt3-13b", "dgx-a100-80g", str(log), "--seq-length", "2048", "--out", str(tmp_path / "c.yaml")],
               stdout=out, stderr=io.StringIO())
     assert rc == 0 and "tp1 pp1 dp64 cp1 zero2 mbs2" in out.getvalue()
+
+
+def test_cli_calibrate_prices_the_loss_the_nemo_run_used(tmp_path):
+    """A NeMo log prints no arguments: --cross-entropy te prices Transformer Engine's loss (Megatron-Bridge's),
+    whose last-rank ledger is 4 s b V / tp smaller than megatron-core's (2 B a logit held, not 6), less its
+    three FP32 numbers a row (12 s b)."""
+    flags = ["--nodes", "1", "--global-batch-size", "128", "--seq-length", "8192", "--tp", "1", "--pp", "1", "--dp", "8"]
+    peaks = {}
+    for loss in ("fp32", "te"):
+        out = io.StringIO()
+        rc = main(["calibrate", MODEL, "dgx-h100", str(LOGS / "nemo2_llama3_8b.log"), *flags, "--cross-entropy", loss,
+                   "--out", str(tmp_path / f"{loss}.yaml"), "--json"], stdout=out, stderr=io.StringIO())
+        assert rc == 0
+        peaks[loss] = json.loads(out.getvalue())["runs"][0]["calibrated_peak_bytes"]  # no peak in the log: the ledger's
+    assert peaks["fp32"] - peaks["te"] == pytest.approx(4 * 8192 * 128_256 - 12 * 8192, rel=1e-9)
