@@ -1,6 +1,6 @@
 """Cost-model fidelity: predicted vs measured throughput (and peak memory) on published runs.
 
-    python benchmarks/fidelity.py [--rows] [--no-logo] [--moe]
+    python benchmarks/fidelity.py [--rows] [--no-logo] [--moe] [--row TEXT]
 
 Prints one line per source group (median and max |error|), the overall figures, and with --rows
 every row. Rows whose layout the planner rejects are listed with the rule they break.
@@ -172,12 +172,45 @@ def print_errors_p90(title: str, groups: dict[str, list[float]]) -> None:
     print(f"{'p90 |error|':34s} {'':5s} {every[int(0.9 * (len(every) - 1))]:13.1%}")
 
 
+def explain_rows(text: str) -> int:
+    """Every row (dense, FP8, MoE) whose id contains `text`: measured against predicted throughput, the
+    step-time terms, one layer's forward and backward, the last rank's output layer and loss, and the
+    peak stage's memory items -- what to look at when a row is off."""
+    from planner.cost import _layer_time, output_time  # noqa: PLC0415 (a diagnostic reads the private layer term)
+    rows = [r for r in load_runs() + load_runs(low_precision=True) + load_moe_runs()[0] if text in r.id]
+    if not rows:
+        print(f"no row id contains {text!r}")
+        return 1
+    for r in rows:
+        try:
+            p = evaluate(r.model, r.cluster, r.training, r.layout)
+        except PlannerError as err:
+            print(f"{r.id}: REJECTED: {err}")
+            continue
+        pred = p.tokens_per_second / p.num_gpus
+        print(f"{r.id}  {r.layout.short()}\n  measured {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, predicted {pred:,.0f} "
+              f"({pred / r.tokens_per_s_per_gpu - 1:+.1%}); step {p.step_time_s:.3f} s")
+        print("  terms: " + ", ".join(f"{k} {v:.3f} s" for k, v in p.time.breakdown().items() if v))
+        lt = _layer_time(r.model, r.cluster, r.training, r.layout)
+        out = output_time(r.model, r.cluster, r.training, r.layout)
+        print(f"  one layer, one micro-batch: forward {lt.fwd * 1e3:.2f} ms (attention {lt.attn_fwd * 1e3:.2f}, MoE block "
+              f"{lt.mlp_fwd * 1e3:.2f}), backward {lt.bwd * 1e3:.2f} ms; last rank's output layer {out.gemm * 1e3:.2f} ms, "
+              f"loss {out.loss * 1e3:.2f} ms")
+        stage = max(p.memory.stages, key=lambda st: st.total)
+        print(f"  peak {p.peak_memory_bytes / 2**30:.1f} GiB" + (f" (published {r.peak_mem_bytes / 2**30:.1f})" if r.peak_mem_bytes else "")
+              + ": " + ", ".join(f"{it.name} {it.bytes / 2**30:.1f}" for it in stage.items if it.bytes))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-one-group-out refits")
     ap.add_argument("--moe", action="store_true", help="only the MoE rows")
+    ap.add_argument("--row", metavar="TEXT", help="the rows whose id contains TEXT, term by term")
     args = ap.parse_args(argv)
+    if args.row:
+        return explain_rows(args.row)
     if args.moe:
         moe(args.rows)
         return 0
