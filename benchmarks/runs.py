@@ -250,7 +250,9 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
                                 attention=attention, fp8=fp8, fp8_param_gather=_fp8_param_gather(r, fp8),
                                 # llm-foundry's MPT loss_fn defaults to flash-attn's fused cross entropy
                                 # [llm-foundry@4952183 llmfoundry/models/mpt/modeling_mpt.py: ComposerMPTCausalLM]
-                                cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else "fp32",
+                                # 2021 Megatron (SC21) ran its vocab-parallel loss unfused
+                                cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else
+                                "unfused" if r["source_group"].startswith("megatron_sc21") else "fp32",
                                 kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused",
                                 optimizer_impl=_optimizer_impl(str(r.get("sharding")), r["zero_stage"]))
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1

@@ -147,6 +147,15 @@ def _recompute_modules(text: str, where: str) -> tuple[str, ...] | None:
     return mods
 
 
+def _loss_kernel(args: dict[str, str], where: str) -> str:
+    """The loss a Megatron run computed (cost.loss_traffic_bytes): megatron-core's without
+    --cross-entropy-loss-fusion (Megatron-LM's default, and a dump from before the flag existed),
+    its fused one with it, or Transformer Engine's under --cross-entropy-fusion-impl te."""
+    if not _arg(args, "cross_entropy_loss_fusion", where, kind=bool, default=False):
+        return "unfused"
+    return "te" if args.get("cross_entropy_fusion_impl") == "te" else "fp32"
+
+
 def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
     """The training spec and layout of a Megatron run from its printed arguments.
 
@@ -212,9 +221,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",
         grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",
-        # Transformer Engine's loss where the run chose it (megatron-core's otherwise: cost.loss_traffic_bytes)
-        cross_entropy="te" if (_arg(args, "cross_entropy_loss_fusion", where, kind=bool, default=False)
-                               and args.get("cross_entropy_fusion_impl") == "te") else "fp32",
+        cross_entropy=_loss_kernel(args, where),
     )
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), micro_batch_size=_arg(args, "micro_batch_size", where),

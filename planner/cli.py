@@ -131,9 +131,10 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     p.add_argument("--seq-length", type=_positive_int, default=d.get("seq_length", 8192), help="tokens per sequence (default 8192)")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32", help="gradient buffer: bf16 = 16 B/param, fp32 = 18 (default)")
     p.add_argument("--attention", choices=["flash", "eager"], default="flash")
-    p.add_argument("--cross-entropy", choices=["fp32", "fused", "te"], default="fp32",
-                   help="loss kernel: fp32 logits (Megatron, torch; default), fused (flash-attn's, llm-foundry's "
-                        "default) or te (Transformer Engine's, Megatron-Bridge's); fused and te priced with "
+    p.add_argument("--cross-entropy", choices=["fp32", "unfused", "fused", "te"], default="fp32",
+                   help="loss kernel: fp32 logits (megatron-core's fused loss as the Megatron files launch it, torch's; "
+                        "default), unfused (megatron-core's without --cross-entropy-loss-fusion), fused (flash-attn's, "
+                        "llm-foundry's) or te (Transformer Engine's, Megatron-Bridge's); fused and te priced with "
                         "--framework any, not emitted")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
                    help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise "
@@ -683,9 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="fp32")
     p.add_argument("--kernels", choices=["fused", "unfused"], default=None,
                    help="fused (Megatron/NeMo, the default for their logs) or unfused (eager PyTorch: torchtitan, DeepSpeed)")
-    p.add_argument("--cross-entropy", choices=["fp32", "fused", "te"], default="fp32",
+    p.add_argument("--cross-entropy", choices=["fp32", "unfused", "fused", "te"], default="fp32",
                    help="for logs without Megatron's argument dump: the loss kernel the run used (te: Transformer "
-                        "Engine's, as Megatron-Bridge's recipes set; fp32: megatron-core's or torch's; default)")
+                        "Engine's, as Megatron-Bridge's recipes set; fp32: megatron-core's fused one or torch's; default)")
     p.add_argument("--optimizer-offload", type=_fraction, default=0.0,
                    help="for logs without an argument dump: the optimizer share the run kept on the host "
                         "(torchtitan's training.enable_cpu_offload: 1)")

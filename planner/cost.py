@@ -859,8 +859,13 @@ copy of the BF16 logits with its row maximum (read 2, write 4), the subtraction,
 and write 4), the division into the softmax (read and write 4); backward: the gradient from the saved
 softmax, written back into it and cast to BF16 (read 4, write 4 and 2). ASSUMPTION: one kernel a piece
 (Inductor fuses each piece's pointwise ops with its row reduction); unfused, the same steps move 52
-(the cast, the maximum, the subtraction, exp, the sum and the division each a pass; deepspeed_engine.
-LOSS_TRAFFIC_BYTES)."""
+(MEGATRON_UNFUSED_LOSS_TRAFFIC_BYTES)."""
+MEGATRON_UNFUSED_LOSS_TRAFFIC_BYTES = (2 + 4) + 4 + 8 + 8 + 4 + 8 + 8 + (4 + 2)
+"""The same steps without --cross-entropy-loss-fusion (TrainingSpec.cross_entropy 'unfused', Megatron-LM's
+default), each a pass of its own [megatron-core 0.19.2 tensor_parallel/cross_entropy.py:
+VocabParallelCrossEntropy]: the FP32 cast (read 2, write 4), the maximum (4), its in-place subtraction
+(8), exp in place (8), the sum (4), the division (8); backward the product with the output gradient (8)
+and autograd's cast to BF16 (read 4, write 2). 52."""
 FUSED_LOSS_TRAFFIC_BYTES = 2 + 2 + 2
 """The same for flash-attn's fused cross-entropy (TrainingSpec.cross_entropy 'fused', llm-foundry's):
 its forward kernel reads the BF16 logits once (the log-sum-exp kept per row), its backward reads them
@@ -881,6 +886,8 @@ def loss_traffic_bytes(training: TrainingSpec, tp: int) -> float:
     engine runs it (the cases of memory.stage_activation_items' logits item, in its order)."""
     if training.cross_entropy == "te":
         return TE_LOSS_TRAFFIC_BYTES
+    if training.cross_entropy == "unfused":
+        return MEGATRON_UNFUSED_LOSS_TRAFFIC_BYTES
     if training.cross_entropy == "fused":
         return FUSED_LOSS_TRAFFIC_BYTES
     if training.loss_chunks > 1:

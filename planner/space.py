@@ -931,7 +931,10 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if model.megatron_only and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")
-    if training.cross_entropy != "fp32" and framework not in (None, "any"):
+    if training.cross_entropy == "unfused" and framework not in (None, "any", "megatron"):
+        raise PlannerError(f"training.cross_entropy: 'unfused' is megatron-core's loss without "
+                           f"--cross-entropy-loss-fusion; framework '{framework}' runs its own (use 'fp32')")
+    if training.cross_entropy in LOSS_KERNELS and framework not in (None, "any"):
         raise PlannerError(f"training.cross_entropy: '{training.cross_entropy}' ({LOSS_KERNELS[training.cross_entropy]}) "
                            f"is priced but no launch config turns it on; framework '{framework}' would keep FP32 logits "
                            "(use framework='any')")

@@ -782,9 +782,12 @@ class TrainingSpec(_Spec):
     """'fused': Megatron/Transformer Engine fused norms and activations; 'unfused': PyTorch's own
     kernels as FSDP trainers run them (llm-foundry; torchtitan, whose compiled blocks it predicts:
     planner.torchtitan_engine.KERNELS)."""
-    cross_entropy: Literal["fp32", "fused", "te"] = "fp32"
-    """The loss kernel: 'fp32' works on an FP32 copy of the logits (Megatron's vocab-parallel cross
-    entropy, torch's); 'fused' reads the BF16 logits and writes a BF16 gradient beside them
+    cross_entropy: Literal["fp32", "unfused", "fused", "te"] = "fp32"
+    """The loss kernel: 'fp32' works on an FP32 copy of the logits (the engine's own loss as the planner
+    launches it: megatron-core's fused vocab-parallel cross entropy under --cross-entropy-loss-fusion,
+    Megatron-DeepSpeed's, torch's); 'unfused' is megatron-core's loss without that flag (Megatron-LM's
+    default: the same bytes held, one pass per step; the Megatron launch files then leave the flag out);
+    'fused' reads the BF16 logits and writes a BF16 gradient beside them
     (flash-attn's CrossEntropyLoss, llm-foundry's default loss_fn 'fused_crossentropy'); 'te' writes
     the gradient over the BF16 logits (Transformer Engine's parallel cross-entropy, which Megatron-
     Bridge's recipes turn on: cross_entropy_fusion_impl='te'). 'fused' and 'te' are priced, not
@@ -897,6 +900,9 @@ class TrainingSpec(_Spec):
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "
                                  f"under the delayed recipe, got fp8={self.fp8!r}")
+        if self.cross_entropy == "unfused" and self.optimizer_impl in ("deepspeed", "fsdp2"):
+            raise ValueError(f"cross_entropy: 'unfused' is megatron-core's loss without --cross-entropy-loss-fusion; "
+                             f"the {self.optimizer_impl} engine runs its own (use 'fp32')")
         if self.seq_length % self.loss_chunks:
             raise ValueError(f"loss_chunks: seq_length ({self.seq_length}) must divide into {self.loss_chunks} chunks")
         if self.document_tokens is not None:

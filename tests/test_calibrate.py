@@ -349,15 +349,16 @@ def test_megatron_arguments_carry_the_fp8_recipe():
 
 def test_megatron_arguments_carry_the_loss_kernel():
     """A run that printed cross_entropy_fusion_impl te with the fusion on ran Transformer Engine's loss
-    (2 B a logit held, not megatron-core's 6): the ledger of its last rank follows."""
+    (2 B a logit held, not megatron-core's 6); with the fusion on and 'native', megatron-core's fused loss;
+    without it (or without the flag in the dump, Megatron-LM's default), megatron-core's unfused one."""
     m = read_log(LOGS / "megatron_llama3_8b.log")
     model = planner.load_model(MODEL)
-    assert megatron_setup(m.args, model, m.source)[0].cross_entropy == "fp32"
+    assert megatron_setup(m.args, model, m.source)[0].cross_entropy == "unfused"  # no flag printed: Megatron-LM's default
     te = dict(m.args, cross_entropy_loss_fusion="True", cross_entropy_fusion_impl="te")
     assert megatron_setup(te, model, m.source)[0].cross_entropy == "te"
     native = dict(m.args, cross_entropy_loss_fusion="True", cross_entropy_fusion_impl="native")
     assert megatron_setup(native, model, m.source)[0].cross_entropy == "fp32"
-    assert megatron_setup(dict(te, cross_entropy_loss_fusion="False"), model, m.source)[0].cross_entropy == "fp32"
+    assert megatron_setup(dict(te, cross_entropy_loss_fusion="False"), model, m.source)[0].cross_entropy == "unfused"
 
 
 def test_megatron_arguments_carry_fp8_param_gather_and_bf16_end_layers():

@@ -456,6 +456,8 @@ def test_last_stage_pays_the_logits_gemm_and_the_loss():
 @pytest.mark.parametrize("engine, tp, per_logit", [
     # Megatron's fused loss (the emitted --cross-entropy-loss-fusion), see the test above
     ({}, 1, 32),
+    # megatron-core's loss without the flag: cast 6, max 4, subtract 8, exp 8, sum 4, divide 8; product 8, cast 6
+    ({"cross_entropy": "unfused"}, 1, 52),
     # Megatron-DeepSpeed: one pass per step (cast 6, max 4, shift 8, exp 8, sum 4, divide 8; backward product 8, cast 6)
     ({"optimizer_impl": "deepspeed"}, 1, 52),
     # torchtitan before 0.3, eager: cast 6, log_softmax 3 reads + 1 write (16); backward zeros 4, softmax backward

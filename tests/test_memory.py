@@ -250,3 +250,17 @@ def test_gpt_layer_without_dropout_by_hand():
     assert activation_bytes_per_layer(m, 1, 2048) == 32 * sb * 4096 + 16 * sb + 4 * 32 * sb
     with_dropout = m.model_copy(update={"dropout": None})
     assert activation_bytes_per_layer(with_dropout, 1, 2048) == 34 * sb * 4096 + 16 * sb + 4 * 32 * sb
+
+
+def test_the_megatron_files_turn_on_the_loss_the_plan_prices():
+    """megatron-core's fused loss (priced at 32 B a logit) is what the files launch with
+    --cross-entropy-loss-fusion; a plan priced with the unfused one (52 B) leaves the flag out. Same ledger."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    fused = planner.evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4096), Layout(dp=8, zero_stage=1))
+    unfused = planner.evaluate(m, c, TrainingSpec(global_batch_size=8, seq_length=4096, cross_entropy="unfused"),
+                               Layout(dp=8, zero_stage=1))
+    assert "--cross-entropy-loss-fusion" in fused.to_megatron().args
+    assert "--cross-entropy-loss-fusion" not in unfused.to_megatron().args
+    assert unfused.peak_memory_bytes == fused.peak_memory_bytes
+    assert unfused.step_time_s == pytest.approx(fused.step_time_s + (52 - 32) * 4096 * 128_256 / (0.89 * 3.35e12),
+                                                rel=1e-6)

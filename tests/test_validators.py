@@ -699,3 +699,23 @@ def test_the_megatron_workers_verdict_lines_stay_whole_whatever_its_children_pri
     assert lines[0] == "VERDICT READY"
     assert [json.loads(ln.removeprefix("VERDICT "))["details"]["n"] for ln in lines[1:]] == list(range(12))
     assert "a stray print" in out.stderr
+
+
+def test_megatron_runs_the_unfused_loss_the_plan_prices(megatron_path):
+    """cross_entropy 'unfused' (megatron-core's loss without the fusion, priced at 52 B a logit): the launch
+    files leave --cross-entropy-loss-fusion out and Megatron builds the unfused loss; torchtitan and
+    DeepSpeed run their own and refuse it in one line."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    p = planner.plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, cross_entropy="unfused"), top_k=1,
+                     structural=False).best
+    files = p.to_megatron()
+    assert "--cross-entropy-loss-fusion" not in files.args
+    r = check_megatron([megatron_payload(files.args, p.num_gpus, files.env, p.cluster.gpu.arch)])[0]
+    assert r.ok and r.details["cross_entropy"] == "unfused"
+    with pytest.raises(planner.PlannerError, match="'unfused' is megatron-core's loss"):
+        planner.plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, cross_entropy="unfused"),
+                     framework="torchtitan")
+    with pytest.raises(planner.SpecError, match="cross_entropy.*'unfused' is megatron-core's loss"):
+        TrainingSpec(global_batch_size=64, seq_length=4096, cross_entropy="unfused", optimizer_impl="fsdp2")

@@ -50,7 +50,10 @@ def refuse_unemitted(plan, target: str) -> None:
     cross-entropy (no emitter), per-document attention masks (torchtitan's only)."""
     from planner.errors import PlannerError
 
-    if plan.training.cross_entropy != "fp32":
+    if plan.training.cross_entropy == "unfused" and target != "Megatron":
+        raise PlannerError(f"{target}: training.cross_entropy 'unfused' is megatron-core's loss without "
+                           "--cross-entropy-loss-fusion; this config runs its own")
+    if plan.training.cross_entropy in LOSS_KERNELS:
         raise PlannerError(f"{target}: training.cross_entropy '{plan.training.cross_entropy}' "
                            f"({LOSS_KERNELS[plan.training.cross_entropy]}) is priced but not emitted; this config would "
                            "keep FP32 logits the plan does not count")

@@ -165,7 +165,8 @@ def megatron_args(plan: Plan) -> list[str]:
             a += ["--recompute-granularity", "full", "--recompute-method", "block",
                   "--recompute-num-layers", str(lay.recompute_num_layers)]
     a += ["--bf16" if t.precision == "bf16" else "--fp16"]
-    a += ["--cross-entropy-loss-fusion"]  # the loss the cost model prices (cost.MEGATRON_LOSS_TRAFFIC_BYTES)
+    if t.cross_entropy != "unfused":  # the loss the cost model prices (cost.loss_traffic_bytes)
+        a += ["--cross-entropy-loss-fusion"]
     if t.fp8 is not None:  # the linear layers of every transformer layer (TE modules); the LM head stays BF16
         # Megatron's --fp8-recipe choices are Transformer Engine's recipes [Megatron-LM@d98e8a6
         # megatron/core/transformer/transformer_config.py: fp8_recipe; 'custom' is not priced];
