@@ -326,6 +326,14 @@ def _moe_fp8_param_gather(fp8: str | None) -> bool:
     return fp8 in ("tensorwise", "mxfp8", "delayed")
 
 
+def _router_groups(r: dict) -> dict:
+    """DeepSeek-V3's group-limited routing (8 groups, 4 per token: its config.json's n_group / topk_group,
+    models/deepseek-v3.yaml), which NVIDIA's recipes keep (Megatron-Bridge's dryrun
+    deepseek_v3_pretrain_h100_fp8_sc_v2.yaml: moe_router_num_groups 8, moe_router_group_topk 4)."""
+    name = r["model_name"]
+    return {"router_groups": 8, "router_group_topk": 4} if name.startswith(("DeepSeek-V3", "DeepSeek V3")) else {}
+
+
 def _moe_model(r: dict) -> ModelSpec | str:
     """The row's architecture as a ModelSpec, or why the planner cannot express it."""
     mod = r["model"]
@@ -367,7 +375,7 @@ def _moe_model(r: dict) -> ModelSpec | str:
         ffn_hidden_size=mod["ffn_hidden_size"], vocab_size=mod["vocab_size"], qk_norm=bool(mod.get("qk_layernorm")),
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
              "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0,
-             "layer_step": step},
+             "layer_step": step, **_router_groups(r)},
         mla=mla, **gpt_oss)
 
 

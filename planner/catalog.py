@@ -246,9 +246,10 @@ def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
 def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     """A DeepseekV3ForCausalLM config (DeepSeek-V3, Kimi-K2): multi-latent attention, first_k_dense_replace
     dense layers, then MoE layers with n_shared_experts shared experts of moe_intermediate_size
-    [transformers models/deepseek_v3: DeepseekV3Config; DeepseekV3Attention, DeepseekV3MoE]. Its routing
-    policy (sigmoid scores, group-limited top-k, routed_scaling_factor) moves no cost term the planner
-    prices with balanced routing (TrainingSpec.moe_imbalance); multi-token prediction layers and MoE
+    [transformers models/deepseek_v3: DeepseekV3Config; DeepseekV3Attention, DeepseekV3MoE]. Its group-limited
+    top-k (n_group, topk_group) is kept: it caps the nodes DeepEP sends a token to; the rest of its routing
+    policy (sigmoid scores, routed_scaling_factor) moves no cost term the planner prices with balanced
+    routing (TrainingSpec.moe_imbalance); multi-token prediction layers and MoE
     layers between dense ones are refused."""
     mtp = cfg.get("num_nextn_predict_layers") or 0
     if mtp:
@@ -260,10 +261,12 @@ def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     if cfg.get("attention_bias"):
         raise ConfigImportError(f"{name}: attention_bias = true with multi-latent attention is not modelled")
     e = _need(cfg, "moe_intermediate_size", name)
+    groups = cfg.get("n_group") or 1  # group-limited routing (DeepSeek-V3: 8 groups, 4 per token); 1 = none
+    limited = dict(router_groups=groups, router_group_topk=_need(cfg, "topk_group", name)) if groups > 1 else {}
     return dict(
         moe=dict(num_experts=_need(cfg, "n_routed_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                  expert_ffn_hidden_size=e, shared_expert_ffn_hidden_size=(cfg.get("n_shared_experts") or 0) * e,
-                 first_dense_layers=cfg.get("first_k_dense_replace") or 0),
+                 first_dense_layers=cfg.get("first_k_dense_replace") or 0, **limited),
         mla=dict(q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_need(cfg, "kv_lora_rank", name),
                  qk_head_dim=_need(cfg, "qk_nope_head_dim", name), qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", name),
                  v_head_dim=_need(cfg, "v_head_dim", name)))

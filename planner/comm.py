@@ -15,7 +15,8 @@ from planner._memo import memo
 from planner.specs import ClusterSpec
 from planner.topology import GroupPlacement
 
-__all__ = ["busbw", "collective_time", "latency", "pat_latency", "p2p_time", "alltoall_time", "node_dedup_alltoall_time", "OPS"]
+__all__ = ["busbw", "collective_time", "latency", "pat_latency", "p2p_time", "alltoall_time", "node_dedup_alltoall_time", "remote_nodes",
+           "OPS"]
 
 OPS = ("allreduce", "allgather", "reducescatter")
 
@@ -153,15 +154,45 @@ def alltoall_time(cluster: ClusterSpec, group: GroupPlacement, nbytes: float) ->
     return cluster.scaleout.latency + max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)
 
 
+def _miss(total: float, pick: int, hole: float) -> float:
+    """C(total - hole, pick) / C(total, pick) as a product: the chance that `pick` draws without
+    replacement from `total` all avoid a subset of `hole`."""
+    p = 1.0
+    for i in range(pick):
+        p *= max(0.0, (total - hole - i) / (total - i))
+    return p
+
+
+def remote_nodes(num_experts: int, top_k: int, nodes: int, groups: int | None = None,
+                 group_topk: int | None = None) -> float:
+    """Expected number of other nodes one token's top_k experts sit on, the experts spread evenly over
+    `nodes` nodes and chosen evenly (balanced routing, as NVIDIA's benchmarks force it). Unlimited: a
+    node is missed with probability C(E - E/G, k) / C(E, k). Group-limited routing (MoESpec.router_groups)
+    where whole groups sit on each node: a node is reached when one of its groups is among the
+    group_topk chosen, 1 - C(g - g/G, t) / C(g, t) (ASSUMPTION: every chosen group receives at least one
+    of the k experts); where each group spans several nodes: its group is chosen (t / g) and one of the
+    k experts, drawn from the chosen groups' t E / g, lands on it. Other shapes fall back to unlimited."""
+    if nodes <= 1:
+        return 0.0
+    per_node = num_experts / nodes
+    if groups and group_topk and groups % nodes == 0:
+        reach = 1 - _miss(groups, group_topk, groups // nodes)
+    elif groups and group_topk and nodes % groups == 0:
+        reach = group_topk / groups * (1 - _miss(group_topk * num_experts / groups, top_k, per_node))
+    else:
+        reach = 1 - _miss(num_experts, top_k, per_node)
+    return (nodes - 1) * reach
+
+
 def node_dedup_alltoall_time(cluster: ClusterSpec, group: GroupPlacement, tokens: float, row_bytes: float,
-                             top_k: int, num_experts: int) -> float:
+                             top_k: int, num_experts: int, groups: int | None = None,
+                             group_topk: int | None = None) -> float:
     """Seconds for one DeepEP dispatch (or combine) over `group`: each of the GPU's `tokens` goes to
     top_k experts spread evenly over the group; across nodes a token crosses the network once per
     remote node holding any of its experts and is forwarded over NVLink there [deepseek-ai/DeepEP
     README, normal kernels: RDMA between nodes, NVLink forwarding inside them; Megatron-LM@d98e8a6
-    megatron/core/transformer/moe/token_dispatcher.py: _DeepepManager]. With G nodes of E / G
-    experts each, a token misses a node with probability C(E - E/G, k) / C(E, k), so it reaches
-    (G - 1)(1 - that) remote nodes on average. Every copy for another GPU also crosses NVLink once
+    megatron/core/transformer/moe/token_dispatcher.py: _DeepepManager]: remote_nodes of them a token,
+    fewer under group-limited routing (`groups`, `group_topk`). Every copy for another GPU also crosses NVLink once
     (ASSUMPTION: the NVLink leg is priced as the copies' (n - 1)/n share); the slower path sets the time.
     """
     n = group.size
@@ -172,10 +203,6 @@ def node_dedup_alltoall_time(cluster: ClusterSpec, group: GroupPlacement, tokens
     nvl = cluster.nvlink.ring_busbw * _size_fraction(cluster, copies)
     if group.tier == "nvlink":
         return cluster.nvlink.latency + nvl_bytes / nvl
-    nodes, per_node = group.nodes, num_experts / group.nodes
-    miss = 1.0
-    for i in range(top_k):  # C(E - E/G, k) / C(E, k) as a product
-        miss *= max(0.0, (num_experts - per_node - i) / (num_experts - i))
-    net_bytes = tokens * row_bytes * (nodes - 1) * (1 - miss)
+    net_bytes = tokens * row_bytes * remote_nodes(num_experts, top_k, group.nodes, groups, group_topk)
     net = group.nics_per_gpu * cluster.scaleout.nic_busbw * _size_fraction(cluster, net_bytes)
     return cluster.scaleout.latency + max(net_bytes / net, nvl_bytes / nvl)

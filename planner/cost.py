@@ -471,7 +471,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         routed = n * e.top_k * training.moe_imbalance  # the busiest rank receives this many rows
         if deep:
             ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * training.moe_imbalance, 2 * h, e.top_k,
-                                                e.num_experts)
+                                                e.num_experts, e.router_groups, e.router_group_topk)
         else:
             ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
     if etp > 1:

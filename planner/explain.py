@@ -71,7 +71,8 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     if group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1:
         tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
         a2a = alltoall_time(cluster, group, tokens * e.top_k * model.hidden_size * 2)
-        deep = node_dedup_alltoall_time(cluster, group, tokens, model.hidden_size * 2, e.top_k, e.num_experts)
+        deep = node_dedup_alltoall_time(cluster, group, tokens, model.hidden_size * 2, e.top_k, e.num_experts,
+                                        e.router_groups, e.router_group_topk)
         out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
                    f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
                    "alltoall,deepep if the cluster has the deep_ep package.")

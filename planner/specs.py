@@ -235,11 +235,27 @@ class MoESpec(_Spec):
     shared_expert_gate; Megatron's --moe-shared-expert-gate) [Megatron-LM@d98e8a6 megatron/core/
     transformer/moe/shared_experts.py: SharedExpertMLP.gate_weight, forward]. Counted in the
     parameters; its 2 h FLOPs per token, beside the router's 2 h E, are not priced."""
+    router_groups: _count(1 << 16) | None = None
+    """Group-limited routing: the experts in this many equal groups, each token's top_k drawn from
+    router_group_topk of them (DeepSeek-V3: 8 and 4, HF n_group / topk_group; Megatron
+    --moe-router-num-groups / --moe-router-group-topk) [megatron-core 0.19.2 transformer/moe/moe_utils.py:
+    group_limited_topk]. Where DeepEP carries the tokens across nodes it caps the nodes one token
+    reaches (comm.remote_nodes). None: every expert open to every token."""
+    router_group_topk: _count(1 << 16) | None = None
+    """Groups each token's experts come from (with router_groups)."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k: top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts})")
+        if (self.router_groups is None) != (self.router_group_topk is None):
+            raise ValueError("router_groups: group-limited routing needs router_groups and router_group_topk together")
+        if self.router_groups is not None:
+            if self.num_experts % self.router_groups:
+                raise ValueError(f"router_groups: {self.router_groups} groups must divide num_experts ({self.num_experts})")
+            if not self.router_group_topk <= min(self.router_groups, self.top_k):
+                raise ValueError(f"router_group_topk: {self.router_group_topk} must be at most router_groups "
+                                 f"({self.router_groups}) and top_k ({self.top_k})")
         if self.shared_expert_gate and not self.shared_expert_ffn_hidden_size:
             raise ValueError("shared_expert_gate: gates the shared experts; set shared_expert_ffn_hidden_size")
         return self

@@ -12,7 +12,7 @@ import planner
 from planner.catalog import model_from_hf_config
 from planner.cli import main
 from planner.errors import ConfigImportError, PlannerError
-from planner.specs import Layout, ModelSpec, TrainingSpec
+from planner.specs import Layout, ModelSpec, MoESpec, TrainingSpec
 
 # (catalog id, published total, published active, digits the publisher rounds to)
 PUBLISHED = [
@@ -895,3 +895,52 @@ def test_megatron_fsdp_collects_experts_of_the_moe_layers_only():
     u = expert_shard_units(m, lay, 0, 61)
     assert (u.layers, u.layer, u.embedding, u.output) == (58, 4 * 3 * 7168 * 2048, 0.0, 0.0)
     assert u.layers * u.layer == pytest.approx(param_shards(m, lay, 0, 61)[1].params)
+
+
+def test_group_limited_routing_caps_the_nodes_a_token_reaches():
+    """DeepSeek-V3 (256 experts, top 8) over 8 nodes: free routing misses a node with C(224, 8) / C(256, 8),
+    so a token reaches 7 (1 - that) = 4.63 other nodes; its 8 groups, 4 chosen, one group a node, give
+    7 (1 - C(7, 4) / C(8, 4)) = 3.5; 4 groups of two nodes each, 2 chosen: a node's group is chosen with 1/2
+    and one of the 8 experts, drawn from the chosen 128, lands among its 32: 7 x 1/2 x (1 - C(96, 8) / C(128, 8)).
+    DeepEP's network bytes follow (one row per remote node)."""
+    from math import comb
+
+    from planner.comm import node_dedup_alltoall_time, remote_nodes
+    from planner.topology import placement
+    assert remote_nodes(256, 8, 8) == pytest.approx(7 * (1 - comb(224, 8) / comb(256, 8)), rel=1e-12)
+    assert remote_nodes(256, 8, 8, 8, 4) == pytest.approx(3.5, rel=1e-12)
+    assert remote_nodes(256, 8, 8, 4, 2) == pytest.approx(7 / 2 * (1 - comb(96, 8) / comb(128, 8)), rel=1e-12)
+    assert remote_nodes(256, 8, 8, 3 * 8, 4) < remote_nodes(256, 8, 8)  # 3 groups a node
+    assert remote_nodes(256, 8, 1, 8, 4) == 0.0
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    flat = [(2.0**20, 370e9), (2.0**33, 370e9)]  # every size at full bus bandwidth; the network leg sets the time
+    c = c.model_copy(update={"nvlink": c.nvlink.model_copy(update={"ring_busbw": 1e15, "busbw_curve": flat})})
+    g = placement(c, (64, 1))
+    free, limited = (node_dedup_alltoall_time(c, g, 4096, 2 * 7168, 8, 256, *k) - c.scaleout.latency
+                     for k in ((None, None), (8, 4)))
+    assert limited / free == pytest.approx(3.5 / remote_nodes(256, 8, 8), rel=1e-9)
+    # the MoE layer's dispatch and combine read the model's groups: DeepSeek-V3 with DeepEP over the 8 nodes
+    from planner.cost import moe_time
+    m = planner.load_model("deepseek-v3")
+    free_model = m.model_copy(update={"moe": m.moe.model_copy(update={"router_groups": None, "router_group_topk": None})})
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    limited_ep, free_ep = (moe_time(k, c, tr, 1, 1, 1, 64, 1, "deepep").ep for k in (m, free_model))
+    lat = 2 * c.scaleout.latency  # dispatch and combine, each one collective
+    assert (limited_ep - lat) / (free_ep - lat) == pytest.approx(limited / free, rel=1e-9)
+
+
+def test_group_limited_routing_is_checked_and_emitted():
+    """Megatron's rules: groups divide the experts, at most router_groups (and top_k) chosen, both or neither;
+    the Megatron files turn it on (--moe-router-num-groups / --moe-router-group-topk) where the model has it."""
+    base = dict(num_experts=256, top_k=8, expert_ffn_hidden_size=2048)
+    for bad, field in ((dict(router_groups=8), "router_groups"), (dict(router_groups=7, router_group_topk=4), "router_groups"),
+                       (dict(router_groups=8, router_group_topk=9), "router_group_topk")):
+        with pytest.raises(planner.SpecError, match=field):
+            MoESpec(**base, **bad)
+    m = planner.load_model("deepseek-v3")
+    assert (m.moe.router_groups, m.moe.router_group_topk) == (8, 4)
+    p = planner.evaluate(m, planner.load_cluster("dgx-h100", nodes=128), TrainingSpec(global_batch_size=8192, seq_length=4096),
+                         planner.Layout(tp=2, pp=16, dp=32, ep=64, etp=1, sequence_parallel=True, zero_stage=1,
+                                        recompute="selective", pipeline_layers=(4,) * 15 + (1,)))
+    args = p.to_megatron().args
+    assert args[args.index("--moe-router-num-groups") + 1] == "8" and args[args.index("--moe-router-group-topk") + 1] == "4"

@@ -520,6 +520,7 @@ def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron
     assert [sum(x) for x in r.details["layers_per_rank"]] == list(stage_layers(p.model, p.layout))
     assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (64, 1, 1)
     assert r.details["moe_layer_freq"] == [0] * 3 + [1] * 58
+    assert (r.details["moe_router_num_groups"], r.details["moe_router_group_topk"]) == (8, 4)  # its node-limited routing
 
 
 def test_megatron_builds_llama4_maverick_alternating_dense_and_moe_layers(megatron_path):

@@ -141,6 +141,8 @@ def _validate(p: dict) -> dict:
                "cross_entropy": (cfg.cross_entropy_fusion_impl if cfg.cross_entropy_loss_fusion else "unfused"),
                "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
                "moe_shared_expert_gate": bool(getattr(cfg, "moe_shared_expert_gate", False)),
+               "moe_router_num_groups": getattr(cfg, "moe_router_num_groups", None),
+               "moe_router_group_topk": getattr(cfg, "moe_router_group_topk", None),
                "moe_shared_expert_intermediate_size": getattr(cfg, "moe_shared_expert_intermediate_size", None),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)
                "precision_aware_optimizer": bool(args.use_precision_aware_optimizer),

@@ -99,6 +99,9 @@ def megatron_args(plan: Plan) -> list[str]:
               "--moe-router-load-balancing-type", "aux_loss",
               "--moe-aux-loss-coeff", "1e-3",
               "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
+        if e.router_groups is not None:  # group-limited routing: caps the nodes DeepEP sends a token to
+            # (planner.comm.remote_nodes) [megatron-core 0.19.2 transformer_config.py: moe_router_num_groups]
+            a += ["--moe-router-num-groups", str(e.router_groups), "--moe-router-group-topk", str(e.router_group_topk)]
         if e.top_k == 1:  # a softmax over one score has no gradient: Megatron requires it before the top-k
             # [Megatron-LM@d98e8a6 megatron/core/transformer/transformer_config.py: __post_init__]; the
             # router's cost is priced either way as its h x E GEMM
