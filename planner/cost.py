@@ -871,8 +871,6 @@ FUSED_LOSS_TRAFFIC_BYTES = 2 + 2 + 2
 its forward kernel reads the BF16 logits once (the log-sum-exp kept per row), its backward reads them
 again and writes the BF16 gradient [flash-attn flash_attn/ops/triton/cross_entropy.py:
 cross_entropy_fwd_kernel, cross_entropy_bwd_kernel]."""
-
-
 TE_LOSS_TRAFFIC_BYTES = 2 + 2 + 2
 """The same for Transformer Engine's parallel cross-entropy (TrainingSpec.cross_entropy 'te'): its forward
 kernel reads the BF16 logits once for the row's maximum and sum (online softmax), the loss kernel
