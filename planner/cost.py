@@ -41,6 +41,7 @@ from planner.memory import (
     adam_bytes,
     bf16_layers_on,
     linear_params_per_gpu,
+    loss_kind,
     optimizer_shard_params,
     param_gather_bytes,
     dense_layers_on,
@@ -880,19 +881,16 @@ online_softmax_kernel, cross_entropy_forward_kernel, cross_entropy_backward_kern
 
 
 def loss_traffic_bytes(training: TrainingSpec, tp: int) -> float:
-    """HBM bytes per local logit the loss moves in one micro-batch's forward and backward, as the plan's
-    engine runs it (the cases of memory.stage_activation_items' logits item, in its order)."""
-    if training.cross_entropy == "te":
-        return TE_LOSS_TRAFFIC_BYTES
-    if training.cross_entropy == "unfused":
-        return MEGATRON_UNFUSED_LOSS_TRAFFIC_BYTES
-    if training.cross_entropy == "fused":
-        return FUSED_LOSS_TRAFFIC_BYTES
-    if training.loss_chunks > 1:
+    """HBM bytes per local logit the loss moves in one micro-batch's forward and backward, for the loss the
+    last rank runs (memory.loss_kind, which the ledger's logits item reads too)."""
+    kind = loss_kind(training)
+    if kind == "torchtitan-chunks":
         return torchtitan_engine.chunk_loss_traffic_bytes(tp)
-    if uses_torchtitan(training):
+    if kind == "torchtitan-whole":
         return torchtitan_engine.whole_loss_traffic_bytes(tp)
-    return deepspeed_engine.LOSS_TRAFFIC_BYTES if uses_deepspeed(training) else MEGATRON_LOSS_TRAFFIC_BYTES
+    return {"te": TE_LOSS_TRAFFIC_BYTES, "flash-attn": FUSED_LOSS_TRAFFIC_BYTES,
+            "megatron-deepspeed": deepspeed_engine.LOSS_TRAFFIC_BYTES,
+            "megatron-unfused": MEGATRON_UNFUSED_LOSS_TRAFFIC_BYTES, "megatron-fused": MEGATRON_LOSS_TRAFFIC_BYTES}[kind]
 
 
 def loss_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:

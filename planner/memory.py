@@ -11,6 +11,7 @@ References (keys used in comments):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from planner._memo import memo
 from planner.deepspeed_engine import LOSS_PEAK_SBV as DEEPSPEED_LOSS_PEAK_SBV
@@ -27,6 +28,8 @@ __all__ = [
     "StaticMemory",
     "static_memory",
     "weight_and_adam_bytes",
+    "LossKind",
+    "loss_kind",
     "activation_bytes_per_layer",
     "saved_gather_bytes",
     "stage_layers",
@@ -84,6 +87,28 @@ models/common/language_module/language_module.py: compute_language_model_loss (w
 calculate_logits_max, calculate_predicted_logits, calculate_cross_entropy_loss, calculate_gradients].
 Measured on megatron-core's own function as the peak resident memory of CPU processes, one rank and
 two: 6.01 and 6.00 (tests/test_activation_harness.py)."""
+
+
+LossKind = Literal["te", "flash-attn", "torchtitan-chunks", "torchtitan-whole", "megatron-deepspeed",
+                   "megatron-unfused", "megatron-fused"]
+
+
+def loss_kind(training: TrainingSpec) -> LossKind:
+    """The loss the last pipeline rank runs, as the ledger's logits item holds it and cost.loss_traffic_bytes
+    prices its passes: the kernel TrainingSpec.cross_entropy names, else the engine's own (torchtitan 0.3's
+    chunked loss or its whole-sequence one, Megatron-DeepSpeed's, megatron-core's fused one as the Megatron
+    files launch it)."""
+    if training.cross_entropy == "te":
+        return "te"
+    if training.cross_entropy == "fused":
+        return "flash-attn"
+    if training.loss_chunks > 1:
+        return "torchtitan-chunks"
+    if uses_torchtitan(training):
+        return "torchtitan-whole"
+    if uses_deepspeed(training):
+        return "megatron-deepspeed"
+    return "megatron-unfused" if training.cross_entropy == "unfused" else "megatron-fused"
 
 
 @dataclass(frozen=True)
@@ -1127,32 +1152,33 @@ def stage_activation_items(
         items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))
     if stage == p - 1:
         # final-norm input + output-GEMM input + fp32 logits: 4sbh(1 + V/h)/t [MemRef §2c]
-        if training.cross_entropy == "te":  # the BF16 logits, the gradient written over them, three fp32 per
+        loss = loss_kind(training)
+        if loss == "te":  # the BF16 logits, the gradient written over them, three fp32 per
             # row (max, sum, target logit) [NVIDIA/TransformerEngine@02965d2 transformer_engine/pytorch/triton/
             # cross_entropy.py: cross_entropy_forward (m_d_X_y), cross_entropy_backward (in place, returns _input)]
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + 2 * s_loc * b * V / t + 12 * s_loc * b,
                                     "final norm and output layer inputs, bf16 logits holding their gradient (TE loss)"))
-        elif training.cross_entropy == "fused":  # the BF16 logits and their BF16 gradient, three fp32 per
+        elif loss == "flash-attn":  # the BF16 logits and their BF16 gradient, three fp32 per
             # row (loss, lse, z-loss) [flash-attn flash_attn/ops/triton/cross_entropy.py: CrossEntropyLoss:
             # save_for_backward(logits, lse, labels); backward: dlogits = torch.empty_like(logits)]
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + (2 + 2) * s_loc * b * V / t + 12 * s_loc * b,
                                     "output layer input, bf16 logits and their gradient (fused loss)"))
-        elif training.loss_chunks > 1:  # torchtitan's ChunkedLossWrapper (torchtitan_engine [Loss])
+        elif loss == "torchtitan-chunks":  # torchtitan's ChunkedLossWrapper (torchtitan_engine [Loss])
             n = training.loss_chunks
             whole = (2 / sp_div + 2 + (2 if b > 1 else 0) + 4) * s_loc * b * h  # norm input, output, chunk copies, FP32 grad
             chunk = chunk_loss_peak_sbv(t) * s_loc * b * V / (t * n)
             items.append(MemoryItem("logits", whole + chunk, f"final norm input, the decoder's output (its chunks copied "
                                     f"unless the batch is 1) and its FP32 gradient, one of {n} chunks' logits and its "
                                     "compiled loss at their peak"))
-        elif uses_torchtitan(training):  # torchtitan before 0.3: the whole sequence's eager loss [WholeLoss]
+        elif loss == "torchtitan-whole":  # torchtitan before 0.3: the whole sequence's eager loss [WholeLoss]
             # the final norm's input (its sequence shard) and the output layer's, which DTensor gathers whole
             inputs = 2 * s_loc * b * h / sp_div + 2 * s_loc * b * h
             peak = whole_loss_peak_sbv(t, p) * s_loc * b * V / t
             items.append(MemoryItem("logits", inputs + peak, "final norm and output layer inputs, the loss's fp32 "
                                     "log-probabilities and gradients at its backward peak"
                                     + (" (loss_parallel)" if t > 1 else "") + (", the bf16 logits" if p > 1 else "")))
-        else:  # Megatron's vocab-parallel loss, or Megatron-DeepSpeed's (deepspeed_engine [Loss]), at its peak
-            peak = DEEPSPEED_LOSS_PEAK_SBV if uses_deepspeed(training) else MEGATRON_LOSS_PEAK_SBV
+        else:  # megatron-core's vocab-parallel loss, fused or not, or Megatron-DeepSpeed's (deepspeed_engine [Loss])
+            peak = DEEPSPEED_LOSS_PEAK_SBV if loss == "megatron-deepspeed" else MEGATRON_LOSS_PEAK_SBV
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + peak * s_loc * b * V / t,
                                     "final norm and output layer inputs, the loss at its peak"))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
