@@ -334,8 +334,9 @@ MUTANTS = [
     ("planner/cost.py", '                t += 2 * u.times(cluster, group, "allgather", gather / sh.params)[1]',
      '                t += u.times(cluster, group, "allgather", gather / sh.params)[1]',
      "Megatron-FSDP MoE: weights gathered once per micro-batch"),
-    ("planner/cost.py", "    moe_layers = layers - dense_layers_on(model, layout, stage)\n    return ShardUnits(0.0,",
-     "    moe_layers = layers\n    return ShardUnits(0.0,", "Megatron-FSDP MoE: dense layers' experts collected"),
+    ("planner/cost.py", "    moe_layers = layers - dense_layers_on(model, layout, stage) + mtp_moe_layers(model, layout, stage)\n"
+     "    return ShardUnits(0.0,", "    moe_layers = layers + mtp_moe_layers(model, layout, stage)\n    return ShardUnits(0.0,",
+     "Megatron-FSDP MoE: dense layers' experts collected"),
     ("planner/cost.py", "        if fsdp:  # Megatron-FSDP's per-unit groups", '        if fsdp and sh.axis == "dpcp":',
      "Megatron-FSDP MoE ZeRO-2: experts in DDP buckets"),
     ("planner/memory.py", "+ routed_params_per_layer(model) / (layout.ep * layout.expert_tp))", "+ 0)",
@@ -355,6 +356,22 @@ MUTANTS = [
      "inputs = 4 * s_loc * b * h / sp_div\n", "torchtitan's output-layer input saved as the shard"),
     ("planner/space.py", "if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):",
      "if False:", "MoE ZeRO-2/3 allowed on engines that do not shard experts so"),
+    ("planner/cost.py", "        if stage == p - 1 and model.mtp_layers:\n            offsets =",
+     "        if False:\n            offsets =", "MTP depths free in time"),
+    ("planner/cost.py", "kind = lt if model.mtp_layer_is_moe or model.moe is None else",
+     "kind = lt if model.moe is None else", "MTP depth priced as a dense layer"),
+    ("planner/cost.py", "return model.mtp_layers * (proj + output_time(model, cluster, training, layout).total)",
+     "return model.mtp_layers * proj", "MTP depth's logits and loss free"),
+    ("planner/cost.py", "logits = 2 * h * model.vocab_size * (1 + model.mtp_layers)", "logits = 2 * h * model.vocab_size",
+     "MTP logits left out of model FLOPs"),
+    ("planner/memory.py", "if (model.tied_embeddings or model.mtp_layers) and p > 1:", "if model.tied_embeddings and p > 1:",
+     "MTP's embedding copy not held"),
+    ("planner/memory.py", "    return model.mtp_layers if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0",
+     "    return 0", "MTP depth's experts not held"),
+    ("planner/memory.py", 'MemoryItem("mtp", model.mtp_layers * (depth + logits),', 'MemoryItem("mtp", model.mtp_layers * depth,',
+     "MTP depth's logits and loss not held"),
+    ("planner/emit/megatron.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
+     "MTP depth left out of the layout string"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
@@ -395,7 +412,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
-                                       "tests/test_torchtitan_engine.py tests/test_offload.py")
+                                       "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

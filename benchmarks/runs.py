@@ -334,6 +334,17 @@ def _router_groups(r: dict) -> dict:
     return {"router_groups": 8, "router_group_topk": 4} if name.startswith(("DeepSeek-V3", "DeepSeek V3")) else {}
 
 
+def _mtp_layers(r: dict) -> int:
+    """DeepSeek-V3's one multi-token prediction depth where the run's stack trains it: Megatron-Bridge's
+    DeepSeek-V3 recipes set mtp_num_layers = 1 (since their first, c0f24cf69) and its perf scripts put
+    'mtp' beside the loss in every layout [NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/deepseek/
+    h100/deepseek_v3.py: mtp_num_layers = 1, _get_deepseek_v3_pipeline_layout; perf_recipes/deepseek/gb300/
+    deepseek_v3.py: 'Et*4|(t*4|)*14tmL']. NeMo 2's DeepSeekConfig leaves it None [NVIDIA/NeMo
+    nemo/collections/llm/gpt/model/deepseek.py]: the dgxc-benchmarking rows train none."""
+    bridge = "Megatron-Bridge" in str(r.get("software", ""))
+    return 1 if bridge and r["model_name"].startswith(("DeepSeek-V3", "DeepSeek V3")) else 0
+
+
 def _moe_model(r: dict) -> ModelSpec | str:
     """The row's architecture as a ModelSpec, or why the planner cannot express it."""
     mod = r["model"]
@@ -376,7 +387,7 @@ def _moe_model(r: dict) -> ModelSpec | str:
         moe={"num_experts": experts, "top_k": mod["top_k"], "expert_ffn_hidden_size": fe,
              "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0,
              "layer_step": step, **_router_groups(r)},
-        mla=mla, **gpt_oss)
+        mla=mla, mtp_layers=_mtp_layers(r), **gpt_oss)
 
 
 def _stage_split(layers: int, stages: int) -> tuple[int, ...] | None:

@@ -216,9 +216,9 @@ _SHAPE_FLAGS = {"mlp_bias": "MLP biases", "use_parallel_residual": None, "qk_lay
                 "kv_lora_rank": "multi-latent attention"}
 
 
-def _positive_int(v: Any, key: str, name: str) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ConfigImportError(f"{name}: {key} = {v!r}: expected a positive integer")
+def _positive_int(v: Any, key: str, name: str, zero: bool = False) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < (0 if zero else 1):
+        raise ConfigImportError(f"{name}: {key} = {v!r}: expected a {'non-negative' if zero else 'positive'} integer")
 
 
 def _moe_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
@@ -249,12 +249,11 @@ def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     [transformers models/deepseek_v3: DeepseekV3Config; DeepseekV3Attention, DeepseekV3MoE]. Its group-limited
     top-k (n_group, topk_group) is kept: it caps the nodes DeepEP sends a token to; the rest of its routing
     policy (sigmoid scores, routed_scaling_factor) moves no cost term the planner prices with balanced
-    routing (TrainingSpec.moe_imbalance); multi-token prediction layers and MoE
-    layers between dense ones are refused."""
+    routing (TrainingSpec.moe_imbalance); its multi-token prediction depths (num_nextn_predict_layers,
+    DeepSeek-V3's 1) become ModelSpec.mtp_layers, trained as the model was; MoE layers between dense
+    ones are refused."""
     mtp = cfg.get("num_nextn_predict_layers") or 0
-    if mtp:
-        raise ConfigImportError(f"{name}: num_nextn_predict_layers = {mtp!r} (multi-token prediction) is not modelled; "
-                                "set it to 0 to plan the main model without its MTP module")
+    _positive_int(mtp, "num_nextn_predict_layers", name, zero=True)
     if cfg.get("moe_layer_freq", 1) != 1:
         raise ConfigImportError(f"{name}: moe_layer_freq = {cfg['moe_layer_freq']!r}: dense layers between MoE layers "
                                 "are not modelled")
@@ -264,6 +263,7 @@ def _deepseek_v3_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     groups = cfg.get("n_group") or 1  # group-limited routing (DeepSeek-V3: 8 groups, 4 per token); 1 = none
     limited = dict(router_groups=groups, router_group_topk=_need(cfg, "topk_group", name)) if groups > 1 else {}
     return dict(
+        mtp_layers=mtp,
         moe=dict(num_experts=_need(cfg, "n_routed_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                  expert_ffn_hidden_size=e, shared_expert_ffn_hidden_size=(cfg.get("n_shared_experts") or 0) * e,
                  first_dense_layers=cfg.get("first_k_dense_replace") or 0, **limited),

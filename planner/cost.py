@@ -42,6 +42,8 @@ from planner.memory import (
     bf16_layers_on,
     linear_params_per_gpu,
     loss_kind,
+    mtp_moe_layers,
+    mtp_stage_params,
     optimizer_shard_params,
     param_gather_bytes,
     dense_layers_on,
@@ -90,6 +92,8 @@ __all__ = [
     "loss_seconds",
     "OutputTime",
     "output_time",
+    "mtp_head_time",
+    "mtp_time",
 ]
 
 FLASH_BWD_FACTOR = 2.5  # flash backward recomputes QK^T: 5 matmuls vs 2 forward (FlashAttention-2 §3.1)
@@ -251,19 +255,25 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     Generalises Korthikanti22 Eq. 7 / [MegatronFLOPs]: per layer 2 x GEMM params + 4 s h
     (unmasked attention; 2 s a (d_qk + d_v) in general), plus the logits 2 h V; everything x 3. An MoE
     layer counts its active MLP: router (h E), top_k routed and the shared experts (3 h f each)
-    [MegatronFLOPs: moe terms]; the dense layers (leading or interleaved) count a dense MLP.
+    [MegatronFLOPs: moe terms]; the dense layers (leading or interleaved) count a dense MLP. Each
+    multi-token prediction depth counts a layer of the last one's kind, its three norms and 2h x h
+    projection, and the logits again, as Megatron's count does [megatron-core 0.19.2 training/training.py:
+    num_floating_point_operations, mtp_num_layers].
     """
     dqk, dv = model.core_head_dims
+    h = model.hidden_size
     attention = sum(attention_gemm_flops(model, 1, 1)) + 2 * seq_length * model.num_attention_heads * (dqk + dv)
     dense = sum(mlp_gemm_flops(model, 1, 1))
-    layers = model.num_layers * attention
+    depth = 2 * (3 * h + 2 * h * h)  # an MTP depth's norms and projection
+    layers = (model.num_layers + model.mtp_layers) * attention + model.mtp_layers * depth
     if model.moe is not None:  # the MLP is the router, the top-k routed experts and the shared ones
-        e, h = model.moe, model.hidden_size
+        e = model.moe
         moe = 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size))
-        layers += model.moe_layers * moe + model.dense_layers * dense
+        mtp = model.mtp_layers * (moe if model.mtp_layer_is_moe else dense)
+        layers += model.moe_layers * moe + model.dense_layers * dense + mtp
     else:
-        layers += model.num_layers * dense
-    logits = 2 * model.hidden_size * model.vocab_size
+        layers += (model.num_layers + model.mtp_layers) * dense
+    logits = 2 * h * model.vocab_size * (1 + model.mtp_layers)
     return 3 * (layers + logits)
 
 
@@ -831,6 +841,8 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
     for stage in stages:
         logits = output_time(model, cluster, training, layout).total if stage == p - 1 else 0.0
         offsets = [logits, 0.0, 0.0, 0.0, 0.0]  # compute, recompute, TP, CP, EP not proportional to the layers
+        if stage == p - 1 and model.mtp_layers:
+            offsets = [a + b for a, b in zip(offsets, _mtp_terms(model, cluster, training, layout, lt, unpaired))]
 
         def instead(n: int, lt_other: LayerTime) -> None:
             """n of the rank's layers run as lt_other (recomputed first): their difference goes to the offsets."""
@@ -927,6 +939,41 @@ def output_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         gemm += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
                  / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency))
     return OutputTime(gemm, loss_seconds(model, cluster, training, layout))
+
+
+def _mtp_terms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, lt: LayerTime,
+               unpaired: float) -> tuple[float, ...]:
+    """The last rank's multi-token prediction depths per micro-batch as (compute, recompute, TP, CP, EP)
+    seconds: each a layer of the last decoder layer's kind (lt, or a dense layer's for an MoE model
+    ending dense), recomputed whenever full recompute is on (MultiTokenPredictionLayer.forward
+    checkpoints it whole, whatever recompute_num_layers says), and mtp_head_time beside it."""
+    kind = lt if model.mtp_layer_is_moe or model.moe is None else _layer_time(model, cluster, training, layout, dense=True)
+    terms = [model.mtp_layers * x for x in _layer_terms(kind, layout, unpaired)]
+    terms[0] += mtp_head_time(model, cluster, training, layout)
+    return tuple(terms)
+
+
+def mtp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Seconds per micro-batch the last rank spends on its multi-token prediction depths, all terms
+    (what stage_coefficients adds to its fixed part); 0 without MTP."""
+    if not model.mtp_layers:
+        return 0.0
+    unpaired = ep_unpaired_share(layout, num_microbatches(training, layout)) if layout.ep_overlap else 1.0
+    return sum(_mtp_terms(model, cluster, training, layout, _layer_time(model, cluster, training, layout), unpaired))
+
+
+def mtp_head_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> float:
+    """Seconds per micro-batch the last rank's multi-token prediction depths spend beside their
+    transformer layers: per depth the 2h -> h projection (eh_proj, forward and twice backward over the
+    b s / cp tokens, split by tp) and the output layer and loss again (output_time)
+    [megatron-core 0.19.2 transformer/multi_token_prediction.py: MultiTokenPredictionLayer._concat_embeddings,
+    process_mtp_loss]; its norms and the next tokens' embedding lookup are left out (memory-bound, < 1 %
+    of the layer). 0 without MTP."""
+    if not model.mtp_layers:
+        return 0.0
+    tokens, h = layout.micro_batch_size * training.seq_length / layout.cp, model.hidden_size
+    proj = 3 * _gemm_time(cluster, [2 * tokens * 2 * h * h / layout.tp])
+    return model.mtp_layers * (proj + output_time(model, cluster, training, layout).total)
 
 
 def accumulates_apart(training: TrainingSpec) -> bool:
@@ -1128,9 +1175,10 @@ def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> Sh
     p, tp = layout.pp, layout.tp
     emb = model.embedding_params / tp if stage == 0 else 0.0
     out = 0.0
-    if stage == p - 1:
-        out = model.output_params + (model.vocab_size * model.hidden_size if model.tied_embeddings and p > 1 else 0)
-        out /= tp
+    if stage == p - 1:  # the output layer's unit holds the MTP depths and their embedding copy too
+        copy = model.vocab_size * model.hidden_size if (model.tied_embeddings or model.mtp_layers) and p > 1 else 0
+        dup = model.mtp_layers * model.mla_duplicated_params
+        out = (model.output_params + copy + mtp_stage_params(model, layout) - dup) / tp + dup
     rest = stage_params(model, layout, stage, layers) - emb - out
     return ShardUnits(emb, rest / max(1, layers), layers, out, model.tied_embeddings and p == 1)
 
@@ -1140,7 +1188,7 @@ def expert_shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int
     pass over that layer's local experts (E / ep of them, 1 / etp of each), Megatron-FSDP's expert
     group of the layer's unit [megatron-core 0.19.2 distributed/fsdp/src/megatron_fsdp/
     param_and_grad_buffer.py: _get_parameter_groups]; they add up to param_shards' expert shard."""
-    moe_layers = layers - dense_layers_on(model, layout, stage)
+    moe_layers = layers - dense_layers_on(model, layout, stage) + mtp_moe_layers(model, layout, stage)
     return ShardUnits(0.0, routed_params_per_layer(model) / (layout.ep * layout.expert_tp), moe_layers, 0.0)
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import (computed_score_share, loss_traffic_bytes, model_flops_per_token, output_time, stage_coefficients,
-                          stage_dp_time, stage_offload_time)
+from planner.cost import (computed_score_share, loss_traffic_bytes, model_flops_per_token, mtp_time, output_time,
+                          stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory,
                             weight_and_adam_bytes)
@@ -171,6 +171,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                      f"(the logits GEMMs {out.gemm * 1e3:.1f} ms, the loss's passes over its logits {out.loss * 1e3:.1f} ms "
                      f"at {loss_traffic_bytes(b.training, lay.tp):g} B a logit), {out.total / per_layer:.1f} layers' time; "
                      f"it holds {last} of the layers, the busiest rank {max(st.layers for st in pipe.stages)}.")
+        if model.mtp_layers:
+            mtp = mtp_time(b.model, b.cluster, b.training, lay)
+            lines.append(f"It also trains the {model.mtp_layers} multi-token prediction depth(s): each a layer of the last "
+                         f"one's kind, its projection, the output layer and the loss again, {mtp * 1e3:.1f} ms a "
+                         f"micro-batch ({mtp / per_layer:.1f} layers' time).")
     else:
         lines.append("No pipeline parallelism, so no bubble.")
     acc = b.time.breakdown()["grad_accum"]

@@ -741,7 +741,10 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
     are in param_shards.
 
     The embedding lives on the first stage and the output layer on the last; a tied embedding
-    is held on both when pp > 1 (Megatron keeps a copy for the output projection).
+    is held on both when pp > 1 (Megatron keeps a copy for the output projection), and so is the
+    input embedding with multi-token prediction, whose depths on the last rank embed the next tokens
+    (GPTModel builds it where pre_process or mtp_process) [megatron-core 0.19.2 models/gpt/gpt_model.py:
+    GPTModel.__init__]; the MTP depths themselves are on the last rank too (mtp_stage_params).
     ASSUMPTION: every weight but MLA's duplicated down-projections is split by tp; the replicated
     norms, biases and router are < 0.1 % of a layer.
     """
@@ -750,11 +753,18 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
     if stage == 0:
         n += model.embedding_params
     if stage == p - 1:
-        n += model.output_params
-        if model.tied_embeddings and p > 1:
+        n += model.output_params + mtp_stage_params(model, layout)
+        if (model.tied_embeddings or model.mtp_layers) and p > 1:
             n += model.vocab_size * model.hidden_size
-    dup = layers * model.mla_duplicated_params  # MLA's down-projections: whole on every TP rank
+    dup = (layers + (model.mtp_layers if stage == p - 1 else 0)) * model.mla_duplicated_params  # whole on every TP rank
     return (n - dup) / layout.tp + dup
+
+
+def mtp_stage_params(model: ModelSpec, layout: Layout) -> int:
+    """Parameters of the multi-token prediction depths the last rank holds that TP splits and the
+    data-parallel group replicates: ModelSpec.mtp_params less an MoE layer's routed experts, which
+    param_shards counts with the rank's other experts; 0 without MTP."""
+    return model.mtp_params - (model.mtp_layers * routed_params_per_layer(model) if model.mtp_layer_is_moe else 0)
 
 
 @dataclass(frozen=True)
@@ -779,9 +789,15 @@ def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> t
     dense = ParamShard(stage_params(model, layout, stage, layers), layout.dp * layout.cp, "dpcp")
     if model.moe is None:
         return (dense,)
-    moe_layers = layers - dense_layers_on(model, layout, stage)
+    moe_layers = layers - dense_layers_on(model, layout, stage) + mtp_moe_layers(model, layout, stage)
     experts = moe_layers * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
     return dense, ParamShard(experts, layout.edp, "edp")
+
+
+def mtp_moe_layers(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """MoE layers the multi-token prediction depths add to pipeline rank `stage`: mtp_layers on the last
+    rank where the last decoder layer is MoE (ModelSpec.mtp_layer_is_moe), else 0."""
+    return model.mtp_layers if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0
 
 
 def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
@@ -1056,10 +1072,13 @@ def _attention_linear(model: ModelSpec) -> int:
 
 def stage_linear_params(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int, layers: int) -> float:
     """Linear weights one GPU of pipeline `stage` holds in the low-precision recipe (its leading
-    dense layers' included; its BF16 first/last layers, bf16_layers_on, not)."""
+    dense layers' included; its BF16 first/last layers, bf16_layers_on, not; the last rank's MTP
+    layers, which run under the recipe [megatron-core 0.19.2 transformer/multi_token_prediction.py:
+    MultiTokenPredictionLayer.get_inner_quantization_context], included)."""
     dense = dense_layers_on(model, layout, stage)
     low = layers - bf16_layers_on(model, training, layout, stage)  # BF16 end layers: dense models only (planner.space)
-    return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False)
+    mtp = model.mtp_layers * linear_params_per_gpu(model, layout, model.mtp_layer_is_moe) if stage == layout.pp - 1 else 0.0
+    return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False) + mtp
 
 
 def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True) -> float:
@@ -1181,8 +1200,29 @@ def stage_activation_items(
             peak = DEEPSPEED_LOSS_PEAK_SBV if loss == "megatron-deepspeed" else MEGATRON_LOSS_PEAK_SBV
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + peak * s_loc * b * V / t,
                                     "final norm and output layer inputs, the loss at its peak"))
+    if stage == p - 1 and model.mtp_layers:
+        items.append(mtp_item(model, layout, s_loc * b, items[-1].bytes, layer_bytes))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
     return items
+
+
+def mtp_item(model: ModelSpec, layout: Layout, tokens: float, logits: float, layer_bytes) -> MemoryItem:
+    """What the last rank keeps for one micro-batch of its multi-token prediction depths (held, like
+    the logits, for the one micro-batch whose backward comes next): per depth, the next tokens'
+    embedding (the enorm input, 2 B per element) and the 2h-wide eh_proj input (4), one transformer
+    layer of the last decoder layer's kind (layer_bytes), and the output layer's inputs and loss as the
+    `logits` item holds them, each depth's loss kept until backward [megatron-core 0.19.2
+    transformer/multi_token_prediction.py: MultiTokenPredictionLayer._concat_embeddings,
+    process_mtp_loss]. Under full recompute Megatron checkpoints each depth whole, keeping its two
+    inputs (_checkpointed_forward): the embedding and the decoder's output, 2 + 2 B."""
+    h, sp = model.hidden_size, layout.tp if layout.sequence_parallel else 1
+    moe = model.mtp_layer_is_moe
+    if layout.recompute == Recompute.FULL:
+        depth = (2 + 2) * tokens * h / sp
+    else:
+        depth = (2 + 4) * tokens * h / sp + layer_bytes(layout.recompute.value, moe)
+    return MemoryItem("mtp", model.mtp_layers * (depth + logits),
+                      f"{model.mtp_layers} multi-token prediction depth(s): inputs, layer, logits and loss")
 
 
 def stage_memory(

@@ -186,6 +186,8 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
             bad.append(f"ep_overlap with pp({lay.pp}) > 1 needs interleaving (vpp > 1)")
         if lay.recompute == Recompute.FULL:
             bad.append("ep_overlap does not run with full recompute")
+        if model.mtp_layers > 1:
+            bad.append(f"ep_overlap runs at most one MTP depth (mtp_layers {model.mtp_layers})")
     return bad
 
 
@@ -1015,6 +1017,11 @@ def build_space(
     overlap_options = {True: [True], False: [False], "both": [False, True]}[constraints.get("ep_overlap", False)]
     if constraints.get("ep_overlap") and not moe:
         raise PlannerError(f"constraint ep_overlap: {model.name} is dense (there is no all-to-all to overlap)")
+    if constraints.get("ep_overlap") is True and model.mtp_layers > 1:
+        raise PlannerError(f"constraint ep_overlap: Megatron runs at most one MTP depth beside it "
+                           f"({model.name} trains {model.mtp_layers})")
+    if model.mtp_layers > 1:  # megatron-core 0.19.2 transformer_config.py: TransformerConfig.__post_init__
+        overlap_options = [False]
 
     def experts(tp: int) -> list[tuple[int, int | None, str, bool]]:
         """(ep, etp, dispatcher, ep_overlap) options at this tp: etp = tp (Megatron's default, None) or

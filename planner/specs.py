@@ -336,6 +336,15 @@ class ModelSpec(_Spec):
     family's (on for 'gpt', off for 'llama'); False for GPT layers trained without it (MPT: its
     resid/attn/emb_pdrop default to 0 [llm-foundry llmfoundry/models/mpt/configuration_mpt.py],
     and PyTorch's dropout at p = 0 returns its input and keeps no mask)."""
+    mtp_layers: _count(MAX_LAYERS, lo=0) = 0
+    """Multi-token prediction depths trained beside the model (DeepSeek-V3: 1; HF
+    num_nextn_predict_layers; Megatron --mtp-num-layers), each on the last pipeline rank after the
+    decoder: the next token's embedding and the decoder's output, each RMSNorm'd, concatenated and
+    projected 2h -> h, one transformer layer of the last decoder layer's kind, its own final norm,
+    then the shared output layer and a loss [megatron-core 0.19.2 transformer/multi_token_prediction.py:
+    MultiTokenPredictionLayer, process_mtp_loss; models/gpt/gpt_layer_specs.py:
+    get_gpt_mtp_block_spec_for_backend, layer_specs[-1]]. Its parameters (mtp_params) are outside
+    num_params, as published totals count them (DeepSeek-V3: 671B main model, 14B MTP module)."""
     moe: MoESpec | None = None
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
@@ -362,7 +371,7 @@ class ModelSpec(_Spec):
             raise ValueError("qkv_bias: qkv_bias is for the 'llama' family (GPT already has all biases)")
         if self.qk_norm and (self.family == Family.GPT or self.mla is not None):
             raise ValueError("qk_norm: per-head Q/K norms are for the 'llama' family without MLA (MLA has latent norms)")
-        for name in ("moe", "mla", "sliding_window", "attention_sinks", "linear_bias"):
+        for name in ("moe", "mla", "sliding_window", "attention_sinks", "linear_bias", "mtp_layers"):
             if getattr(self, name) and self.family == Family.GPT:
                 raise ValueError(f"{name}: supported for the 'llama' family (SwiGLU, RMSNorm) only")
         if self.dropout and self.family == Family.LLAMA:
@@ -448,7 +457,8 @@ class ModelSpec(_Spec):
             ("experts (moe)", self.moe is not None), ("multi-latent attention (mla)", self.mla is not None),
             ("Q/K norms (qk_norm)", self.qk_norm), ("sliding-window attention (sliding_window)", self.sliding_window is not None),
             ("attention sinks (attention_sinks)", self.attention_sinks), ("linear biases (linear_bias)", self.linear_bias),
-            (f"the {self.activation} activation (activation)", self.activation != "swiglu")) if on)
+            (f"the {self.activation} activation (activation)", self.activation != "swiglu"),
+            ("multi-token prediction (mtp_layers)", self.mtp_layers > 0)) if on)
 
     @cached_property
     def windowed_layers(self) -> int:
@@ -474,6 +484,26 @@ class ModelSpec(_Spec):
         base = self.attention_params + 2 * h + router + shared
         expert = self.mlp_params(e.expert_ffn_hidden_size)
         return base + e.num_experts * expert, base + e.top_k * expert
+
+    @cached_property
+    def mtp_layer_is_moe(self) -> bool:
+        """Whether an MTP depth's transformer layer is an MoE layer: it is built from the last decoder
+        layer's spec (get_gpt_mtp_block_spec_for_backend: spec.layer_specs[-1])."""
+        return self.is_moe_layer(self.num_layers - 1)
+
+    @cached_property
+    def mtp_depth_params(self) -> int:
+        """Parameters of one MTP depth: its transformer layer (moe_layer_params or params_per_layer), the
+        2h x h projection (eh_proj, no bias) and three RMSNorms (enorm, hnorm, final_layernorm); the
+        embedding and output layer are the model's [multi_token_prediction.py: MultiTokenPredictionLayer.__init__]."""
+        h = self.hidden_size
+        layer = self.moe_layer_params[0] if self.mtp_layer_is_moe else self.params_per_layer
+        return layer + 2 * h * h + 3 * h
+
+    @cached_property
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token prediction module (mtp_layers depths; 0 without)."""
+        return self.mtp_layers * self.mtp_depth_params
 
     @cached_property
     def active_params(self) -> int:

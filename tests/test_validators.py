@@ -521,6 +521,23 @@ def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron
     assert (r.details["ep"], r.details["etp"], r.details["edp"]) == (64, 1, 1)
     assert r.details["moe_layer_freq"] == [0] * 3 + [1] * 58
     assert (r.details["moe_router_num_groups"], r.details["moe_router_group_topk"]) == (8, 4)  # its node-limited routing
+    assert (r.details["mtp_num_layers"], r.details["mtp_ranks"]) == (1, [15])  # its MTP depth beside the loss
+
+
+@pytest.mark.parametrize("split", [None, (17, 15)])
+def test_megatron_builds_the_mtp_depth_on_the_last_rank(megatron_path, split):
+    """A dense model with one MTP depth at pp 2, with Megatron's even split and with an explicit layout:
+    Megatron accepts --mtp-num-layers and builds the depth on the rank the cost model puts it on."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    m = planner.load_model("llama3-8b").model_copy(update={"mtp_layers": 1})
+    p = planner.evaluate(m, planner.load_cluster("dgx-h100", nodes=1), TrainingSpec(global_batch_size=8, seq_length=4096),
+                         Layout(pp=2, dp=4, zero_stage=1, pipeline_layers=split))
+    r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert (r.details["mtp_num_layers"], r.details["mtp_ranks"]) == (1, [1])
+    assert [sum(x) for x in r.details["layers_per_rank"]] == list(stage_layers(p.model, p.layout))
 
 
 def test_megatron_builds_llama4_maverick_alternating_dense_and_moe_layers(megatron_path):

@@ -91,10 +91,15 @@ def _validate(p: dict) -> dict:
             stage = "layer_split"
             from megatron.core.transformer.transformer_block import get_num_layers_to_build
 
-            split = []
+            from megatron.core.transformer.multi_token_prediction import mtp_on_this_rank
+
+            split, mtp_ranks = [], []
             for r in range(args.pipeline_model_parallel_size):
                 ps.set_pipeline_model_parallel_rank(r)
                 split.append([get_num_layers_to_build(cfg, vp_stage=v if vpp else None) for v in range(vpp or 1)])
+                # the ranks that build the MTP depths, by Megatron's own rule (layout, else the last stage)
+                if cfg.mtp_num_layers and mtp_on_this_rank(cfg.pipeline_model_parallel_layout, cfg.mtp_num_layers):
+                    mtp_ranks.append(r)
             stage = "attention"  # which layers Megatron windows, by its own rule
             from megatron.core.transformer.utils import is_layer_window_attention
 
@@ -142,6 +147,7 @@ def _validate(p: dict) -> dict:
                "overlap_moe_expert_parallel_comm": bool(getattr(cfg, "overlap_moe_expert_parallel_comm", False)),
                "moe_shared_expert_gate": bool(getattr(cfg, "moe_shared_expert_gate", False)),
                "moe_router_num_groups": getattr(cfg, "moe_router_num_groups", None),
+               "mtp_num_layers": getattr(cfg, "mtp_num_layers", None), "mtp_ranks": mtp_ranks,
                "moe_router_group_topk": getattr(cfg, "moe_router_group_topk", None),
                "moe_shared_expert_intermediate_size": getattr(cfg, "moe_shared_expert_intermediate_size", None),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)

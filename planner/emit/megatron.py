@@ -35,13 +35,15 @@ def moe_layer_pattern(model) -> str:
     return "(" + "+".join(parts) + ")"
 
 
-def pipeline_layout_string(split: tuple[int, ...]) -> str:
+def pipeline_layout_string(split: tuple[int, ...], mtp: int = 0) -> str:
     """Megatron's --pipeline-model-parallel-layout for decoder-layer counts per virtual stage:
-    stages joined by '|', 't' per decoder layer, 'E' (embedding) first and 'L' (loss) last
-    [megatron-core 0.19.2 transformer/pipeline_parallel_layer_layout.py: PipelineParallelLayerLayout]."""
+    stages joined by '|', 't' per decoder layer, 'E' (embedding) first, then `mtp` multi-token
+    prediction depths 'm' and 'L' (loss) last, where the cost model puts them (the last rank's last
+    virtual stage) [megatron-core 0.19.2 transformer/pipeline_parallel_layer_layout.py:
+    PipelineParallelLayerLayout, validate_layer_layout]."""
     stages = ["t" * n for n in split]
     stages[0] = "E" + stages[0]
-    stages[-1] = stages[-1] + "L"  # the same stage when there is only one
+    stages[-1] = stages[-1] + "m" * mtp + "L"  # the same stage when there is only one
     return "|".join(stages)
 
 
@@ -112,6 +114,9 @@ def megatron_args(plan: Plan) -> list[str]:
                 a += ["--moe-shared-expert-gate"]
         if lay.ep_overlap:  # the combined 1F1B schedule, priced by planner.cost.ep_overlap_exposed
             a += ["--overlap-moe-expert-parallel-comm"]
+    if m.mtp_layers:  # on the last rank (Megatron's place without a layout; the layout string puts 'm' there),
+        # priced by planner.cost.mtp_head_time and the last rank's MTP layer terms, held in the ledger's mtp item
+        a += ["--mtp-num-layers", str(m.mtp_layers)]
     if m.positions == "rope":
         a += ["--position-embedding-type", "rope"]
     if not m.tied_embeddings:
@@ -125,7 +130,7 @@ def megatron_args(plan: Plan) -> list[str]:
         "--context-parallel-size", str(lay.cp),
     ]
     if lay.pipeline_layers is not None:  # any split, with the embedding and the loss as items
-        a += ["--pipeline-model-parallel-layout", pipeline_layout_string(lay.pipeline_layers)]
+        a += ["--pipeline-model-parallel-layout", pipeline_layout_string(lay.pipeline_layers, m.mtp_layers)]
     elif lay.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
     if lay.vpp > 1 and not lay.p2p_overlapped:  # on by default for interleaving; priced exposed when off
