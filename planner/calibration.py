@@ -166,6 +166,10 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         theirs = _arg(args, name, where)
         if theirs != mine:
             raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
+    mtp = _arg(args, "mtp_num_layers", where, default=None) or 0  # None: no multi-token prediction
+    if mtp != model.mtp_layers:
+        raise LogError(f"{where}: the run trains mtp_num_layers = {mtp}, the model {model.name} has mtp_layers = "
+                       f"{model.mtp_layers}; give a model with the run's multi-token prediction depths")
     if args.get("pipeline_model_parallel_layout", "None") != "None":
         raise LogError(f"{where}: the run used --pipeline-model-parallel-layout; give its layout as flags")
     tp, pp = _arg(args, "tensor_model_parallel_size", where), _arg(args, "pipeline_model_parallel_size", where)

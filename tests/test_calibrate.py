@@ -361,6 +361,20 @@ def test_megatron_arguments_carry_the_loss_kernel():
     assert megatron_setup(dict(te, cross_entropy_loss_fusion="False"), model, m.source)[0].cross_entropy == "unfused"
 
 
+def test_megatron_arguments_must_train_the_models_mtp_depths():
+    """A run that printed mtp_num_layers 1 trained a depth the model must carry to be priced as run (and
+    the other way round): refused in one line naming both; None (no MTP) matches a model without."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model(MODEL)
+    assert megatron_setup(dict(m.args, mtp_num_layers="None"), model, m.source)[1].pp >= 1
+    with pytest.raises(LogError, match="the run trains mtp_num_layers = 1, the model .* has mtp_layers = 0"):
+        megatron_setup(dict(m.args, mtp_num_layers="1"), model, m.source)
+    with_mtp = model.model_copy(update={"mtp_layers": 1})
+    assert megatron_setup(dict(m.args, mtp_num_layers="1"), with_mtp, m.source)[0].seq_length == int(m.args["seq_length"])
+    with pytest.raises(LogError, match="the run trains mtp_num_layers = 0, the model .* has mtp_layers = 1"):
+        megatron_setup(m.args, with_mtp, m.source)
+
+
 def test_megatron_arguments_carry_fp8_param_gather_and_bf16_end_layers():
     """--fp8-param-gather and --first-last-layers-bf16 with their counts (TransformerConfig's defaults
     1 and 1 where the dump omits them) reach the TrainingSpec the log is priced with; FP4 weights
