@@ -370,7 +370,7 @@ MUTANTS = [
      "    return 0", "MTP depth's experts not held"),
     ("planner/memory.py", 'MemoryItem("mtp", model.mtp_layers * (depth + logits),', 'MemoryItem("mtp", model.mtp_layers * depth,',
      "MTP depth's logits and loss not held"),
-    ("planner/emit/megatron.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
+    ("planner/pipeline_layout.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
      "MTP depth left out of the layout string"),
 ]
 

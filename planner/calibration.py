@@ -29,6 +29,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.logs import LogError, LogMeasurement
 from planner.memory import TE_FP8_RECIPES
+from planner.pipeline_layout import parse_layout_string
 from planner.plans import Plan, evaluate
 from planner.specs import RECOMPUTE_MODULES, ClusterSpec, Layout, ModelSpec, PredictionError, Recompute, TrainingSpec
 from planner.uncertainty import prediction_error
@@ -159,8 +160,10 @@ def _loss_kernel(args: dict[str, str], where: str) -> str:
 def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
     """The training spec and layout of a Megatron run from its printed arguments.
 
-    Checks the model's shape against the run's (num_layers, hidden_size); refuses what the planner
-    cannot price (a --pipeline-model-parallel-layout string: give the layout as flags instead).
+    Checks the model's shape against the run's (num_layers, hidden_size, MTP depths); a
+    --pipeline-model-parallel-layout string becomes Layout.pipeline_layers (planner.pipeline_layout),
+    refused in one line where it places the embedding, the loss or the MTP depths elsewhere than the
+    planner prices them.
     """
     for name, mine in (("num_layers", model.num_layers), ("hidden_size", model.hidden_size)):
         theirs = _arg(args, name, where)
@@ -170,9 +173,13 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     if mtp != model.mtp_layers:
         raise LogError(f"{where}: the run trains mtp_num_layers = {mtp}, the model {model.name} has mtp_layers = "
                        f"{model.mtp_layers}; give a model with the run's multi-token prediction depths")
-    if args.get("pipeline_model_parallel_layout", "None") != "None":
-        raise LogError(f"{where}: the run used --pipeline-model-parallel-layout; give its layout as flags")
     tp, pp = _arg(args, "tensor_model_parallel_size", where), _arg(args, "pipeline_model_parallel_size", where)
+    split = None
+    if (text := args.get("pipeline_model_parallel_layout", "None")) != "None":  # printed as given
+        try:
+            split = parse_layout_string(text.strip("'\""), pp, model.num_layers, model.mtp_layers)
+        except PlannerError as err:
+            raise LogError(f"{where}: {err}") from None
     cp = _arg(args, "context_parallel_size", where, default=1)
     world = _arg(args, "world_size", where)
     if world % (tp * pp * cp):
@@ -189,7 +196,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
             n_rc = _arg(args, "recompute_num_layers", where)
     elif gran != "None":
         raise LogError(f"{where}: recompute_granularity = {gran!r} is not one the planner prices")
-    vpp = _arg(args, "virtual_pipeline_model_parallel_size", where, default=1)
+    vpp = len(split) // pp if split else _arg(args, "virtual_pipeline_model_parallel_size", where, default=1)
     bf16 = _arg(args, "bf16", where, kind=bool, default=False)
     fp8 = None
     if args.get("fp4", "None") not in ("None", None):  # --fp4-format given: NVFP4 is its only priced recipe
@@ -232,8 +239,9 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         zero_stage=1 if _arg(args, "use_distributed_optimizer", where, kind=bool, default=False) else 0,
         recompute=recompute, recompute_num_layers=n_rc, recompute_modules=modules, vpp=vpp,
         sequence_parallel=_arg(args, "sequence_parallel", where, kind=bool, default=False),
-        first_stage_layers=_arg(args, "decoder_first_pipeline_num_layers", where, default=None),
-        last_stage_layers=_arg(args, "decoder_last_pipeline_num_layers", where, default=None),
+        first_stage_layers=None if split else _arg(args, "decoder_first_pipeline_num_layers", where, default=None),
+        last_stage_layers=None if split else _arg(args, "decoder_last_pipeline_num_layers", where, default=None),
+        pipeline_layers=split,
         rank_order="tp-cp-pp-dp" if _arg(args, "use_tp_pp_dp_mapping", where, kind=bool, default=False) else "tp-cp-dp-pp",
         overlap_grad_reduce=_arg(args, "overlap_grad_reduce", where, kind=bool, default=False),
         overlap_param_gather=_arg(args, "overlap_param_gather", where, kind=bool, default=False),

@@ -18,6 +18,7 @@ from planner.errors import PlannerError
 from planner.outputs import check_file, check_folder
 from planner.memory import offload_host_note
 from planner.plans import evaluate
+from planner.pipeline_layout import parse_layout_string
 from planner.report import GiB, ledger_rows, plan_row, result_dict, workload_tags
 from planner.search import MAX_TIME_LIMIT_S, plan
 from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
@@ -474,6 +475,12 @@ def _layer_list(text: str | None) -> tuple[int, ...] | None:
 
 def _cmd_evaluate(a, out: Console) -> int:
     model, cluster, training = _problem(a)
+    if a.pipeline_layers is not None and re.search(r"[EtmL]", a.pipeline_layers):  # Megatron's layout string
+        split = parse_layout_string(a.pipeline_layers, a.pp, model.num_layers, model.mtp_layers)
+        if a.vpp not in (1, len(split) // a.pp):
+            raise _UsageError(f"--pipeline-layers: the layout has {len(split)} virtual stages, pp({a.pp}) x vpp({a.vpp}) "
+                              f"= {a.pp * a.vpp}")
+        a.pipeline_layers, a.vpp = ",".join(map(str, split)), len(split) // a.pp
     lay = _layout_from_args(a)
     _emit_folder(a)
     if a.dp is None:  # fill dp from the world size
@@ -630,8 +637,8 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--first-stage-layers", type=_positive_int, default=None)
     p.add_argument("--last-stage-layers", type=_positive_int, default=None)
     p.add_argument("--pipeline-layers", default=None, metavar="N,N,...",
-                   help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split; "
-                        "emitted as --pipeline-model-parallel-layout")
+                   help="decoder layers of each virtual stage (pp x vpp, Megatron's order): any split, or "
+                        "Megatron's layout string (e.g. 'Et*4|(t*4|)*14tmL'); emitted as --pipeline-model-parallel-layout")
     p.add_argument("--rank-order", choices=RANK_ORDERS, default="tp-cp-dp-pp")
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="gradient buckets reduced during backward (Megatron's flag; priced, and emitted with --emit)")

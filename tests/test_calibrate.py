@@ -361,6 +361,20 @@ def test_megatron_arguments_carry_the_loss_kernel():
     assert megatron_setup(dict(te, cross_entropy_loss_fusion="False"), model, m.source)[0].cross_entropy == "unfused"
 
 
+def test_megatron_arguments_carry_a_pipeline_layout_string():
+    """A run launched with --pipeline-model-parallel-layout (as Megatron-Bridge's DeepSeek-V3 and Qwen3-235B
+    recipes are) is priced with that split: 'Et*17|t*15L' on pp 2 is 17 and 15 layers; four stages on
+    pp 2 interleave (vpp 2); a layout that places the loss elsewhere is refused in one line."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    model = planner.load_model(MODEL)
+    lay = megatron_setup(dict(m.args, pipeline_model_parallel_layout="Et*17|t*15L"), model, m.source)[1]
+    assert (lay.pipeline_layers, lay.vpp) == ((17, 15), 1)
+    lay = megatron_setup(dict(m.args, pipeline_model_parallel_layout="Et*9|t*8|t*8|t*7L"), model, m.source)[1]
+    assert (lay.pipeline_layers, lay.vpp) == ((9, 8, 8, 7), 2)
+    with pytest.raises(LogError, match="megatron_llama3_8b.log: pipeline layout 'Et\\*17L\|t\\*15': 'E' must come first"):
+        megatron_setup(dict(m.args, pipeline_model_parallel_layout="Et*17L|t*15"), model, m.source)
+
+
 def test_megatron_arguments_must_train_the_models_mtp_depths():
     """A run that printed mtp_num_layers 1 trained a depth the model must carry to be priced as run (and
     the other way round): refused in one line naming both; None (no MTP) matches a model without."""

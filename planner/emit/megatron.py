@@ -12,6 +12,7 @@ import shlex
 from planner.emit import LaunchFiles, dump_json, refuse_other_engine, refuse_unemitted, script_word
 from planner.errors import PlannerError
 from planner.memory import TE_FP8_RECIPES
+from planner.pipeline_layout import layout_string as pipeline_layout_string
 from planner.plans import Plan
 from planner.specs import Family, Recompute
 
@@ -33,18 +34,6 @@ def moe_layer_pattern(model) -> str:
     group = "[1]" if step == 1 else f"([0]*{step - 1}+[1])"
     parts = ([f"[0]*{k}"] if k else []) + [f"{group}*{model.moe_layers}"]
     return "(" + "+".join(parts) + ")"
-
-
-def pipeline_layout_string(split: tuple[int, ...], mtp: int = 0) -> str:
-    """Megatron's --pipeline-model-parallel-layout for decoder-layer counts per virtual stage:
-    stages joined by '|', 't' per decoder layer, 'E' (embedding) first, then `mtp` multi-token
-    prediction depths 'm' and 'L' (loss) last, where the cost model puts them (the last rank's last
-    virtual stage) [megatron-core 0.19.2 transformer/pipeline_parallel_layer_layout.py:
-    PipelineParallelLayerLayout, validate_layer_layout]."""
-    stages = ["t" * n for n in split]
-    stages[0] = "E" + stages[0]
-    stages[-1] = stages[-1] + "m" * mtp + "L"  # the same stage when there is only one
-    return "|".join(stages)
 
 
 def megatron_args(plan: Plan) -> list[str]:
