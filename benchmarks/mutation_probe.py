@@ -370,6 +370,10 @@ MUTANTS = [
      "    return 0", "MTP depth's experts not held"),
     ("planner/memory.py", 'MemoryItem("mtp", model.mtp_layers * (depth + logits),', 'MemoryItem("mtp", model.mtp_layers * depth,',
      "MTP depth's logits and loss not held"),
+    ("planner/cost.py", "    if p == 1 or stage not in (0, p - 1) or not (model.tied_embeddings or model.mtp_layers):\n        return 0.0",
+     "    if True:\n        return 0.0", "shared embedding's gradient sync free"),
+    ("planner/cost.py", '    group = placement(cluster, (2, axis_stride(layout, "pp") * (p - 1)))',
+     '    group = placement(cluster, (2, 1))', "shared embedding's gradient synced over NVLink neighbours"),
     ("planner/pipeline_layout.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
      "MTP depth left out of the layout string"),
 ]

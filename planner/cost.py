@@ -56,7 +56,7 @@ from planner.memory import (
     stage_params,
 )
 from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
-from planner.topology import group_placement, placement
+from planner.topology import axis_stride, group_placement, placement
 from planner.torchtitan_engine import CPU_ACCUMULATE_BYTES, CPU_CLIP_BYTES
 from planner.torchtitan_engine import OFFLOAD_D2H_BYTES as OFFLOAD_D2H_BYTES_FSDP2
 from planner.torchtitan_engine import OFFLOAD_H2D_BYTES as OFFLOAD_H2D_BYTES_FSDP2
@@ -1194,6 +1194,34 @@ def expert_shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int
 
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                   layers: int) -> float:
+    """Exposed gradient and weight communication of one step on pipeline rank `stage` holding `layers`
+    layers (seconds): its data-parallel collectives (_stage_dp_time) and, on the first and last rank,
+    the embedding's gradient sync between them (embedding_sync_time)."""
+    return (_stage_dp_time(model, cluster, training, layout, stage, layers)
+            + embedding_sync_time(model, cluster, training, layout, stage))
+
+
+def embedding_sync_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
+                        stage: int) -> float:
+    """Megatron's all-reduce of the word embedding's gradient between the first and last pipeline rank,
+    where both hold a copy (tied embeddings, or MTP depths embedding the next tokens) and pp > 1: after
+    the data-parallel gradient sync, blocking, V h / tp gradient elements in the grad buffer's dtype over
+    the two-rank embedding group [megatron-core 0.19.2 distributed/finalize_model_grads.py:
+    _allreduce_word_embedding_grads, _get_shared_word_embedding_weight (share_embeddings_and_output_weights
+    or mtp_num_layers), called by finalize_model_grads after finish_grad_sync]. 0 elsewhere, and on the
+    engines that are not Megatron's."""
+    p = layout.pp
+    if p == 1 or stage not in (0, p - 1) or not (model.tied_embeddings or model.mtp_layers):
+        return 0.0
+    if uses_deepspeed(training) or uses_torchtitan(training):
+        return 0.0
+    group = placement(cluster, (2, axis_stride(layout, "pp") * (p - 1)))
+    grad_b = 2 if training.grad_dtype == "bf16" else 4
+    return collective_time(cluster, group, "allreduce", model.vocab_size * model.hidden_size / layout.tp * grad_b)
+
+
+def _stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
+                   layers: int) -> float:
     """Exposed data-parallel communication of one step on pipeline rank `stage` holding `layers`
     layers (seconds); reads no recompute field. Every rank reduces its own gradients over its dp x cp
     group at the same time, so the step waits for the slowest (see update_time).

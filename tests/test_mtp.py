@@ -122,3 +122,29 @@ def test_other_targets_and_rules_refuse_mtp_in_one_line():
     with pytest.raises(PlannerError, match="ep_overlap runs at most one MTP depth"):
         planner.evaluate(ds, planner.load_cluster("dgx-h100", nodes=32), TrainingSpec(global_batch_size=1024, seq_length=4096),
                          Layout(pp=8, vpp=2, dp=32, ep=32, etp=1, zero_stage=1, ep_overlap=True))
+
+
+def test_the_shared_embeddings_gradient_is_all_reduced_between_first_and_last_rank():
+    """Where the first and last rank both hold the word embedding (GPT-3's tied one, or an MTP model's
+    copy) Megatron all-reduces its gradient over those two ranks after the data-parallel sync: V h / tp
+    FP32 elements (GPT-3 175B at tp 8: 50,257 x 12,288 / 8 x 4 B = 308.8 MB), here over the two ranks
+    pp 8 puts 7 x 64 ranks apart, on different nodes; none on the middle ranks, without a pipeline, or
+    for an untied model without MTP; BF16 gradients halve it."""
+    from planner.comm import collective_time
+    from planner.cost import embedding_sync_time
+    from planner.topology import placement
+    m, c = planner.load_model("gpt3-175b"), planner.load_cluster("dgx-a100-80g", nodes=128)
+    tr, lay = TrainingSpec(global_batch_size=1536, seq_length=2048), Layout(tp=8, pp=8, dp=16)
+    pair = placement(c, (2, 7 * 8 * 16))  # rank 0 and the last pipeline rank of its group
+    assert pair.tier == "scaleout" and pair.size == 2
+    want = collective_time(c, pair, "allreduce", 50_257 * 12_288 / 8 * 4)
+    assert 50_257 * 12_288 / 8 * 4 == 308_779_008
+    assert embedding_sync_time(m, c, tr, lay, 0) == embedding_sync_time(m, c, tr, lay, 7) == want > 0
+    assert embedding_sync_time(m, c, tr, lay, 3) == 0
+    assert embedding_sync_time(m, c, tr, Layout(tp=8, dp=128), 0) == 0
+    half = collective_time(c, pair, "allreduce", 50_257 * 12_288 / 8 * 2)
+    assert embedding_sync_time(m, c, tr.model_copy(update={"grad_dtype": "bf16"}), lay, 0) == half
+    llama, h100 = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    tr8, two = TrainingSpec(global_batch_size=8, seq_length=4096), Layout(pp=2, dp=4)
+    assert embedding_sync_time(llama, h100, tr8, two, 1) == 0
+    assert embedding_sync_time(llama_mtp(), h100, tr8, two, 1) > 0
