@@ -271,6 +271,32 @@ def moe(rows: bool = False) -> None:
     print(f"MoE rows evaluated: {len(results) - rejected}; refused by evaluate: {rejected}; predicted not to fit: {unfit}; "
           "not expressible: "
           + ", ".join(f"{n} {w}" for w, n in sorted(reasons.items(), key=lambda x: -x[1])))
+    print_speedups("MoE FP8 speedup over BF16 (same layout)", moe_speedup_pairs(results))
+
+
+def moe_speedup_pairs(results) -> list[tuple[str, float, float]]:
+    """(FP8 row, measured, predicted FP8-over-BF16 throughput ratio) for each MoE row whose source
+    publishes the same layout in BF16 too: ids equal but for their last word (the precision), layouts
+    equal, one row BF16."""
+    by_stem: dict[str, list] = {}
+    for r, plan, _ in results:
+        if plan is not None:
+            by_stem.setdefault(r.id.rsplit("_", 1)[0], []).append((r, plan))
+    out = []
+    for rows in by_stem.values():
+        bf16 = [(r, p) for r, p in rows if r.training.fp8 is None]
+        for rf, pf in rows:
+            for rb, pb in bf16:
+                if rf.training.fp8 is not None and rf.layout == rb.layout:
+                    out.append((rf.id, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s))
+    return out
+
+
+def print_speedups(title: str, pairs: list[tuple[str, float, float]]) -> None:
+    """The FP8-over-BF16 speedups, measured and predicted, and the difference in points."""
+    print(f"\n{title:56s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")
+    for name, meas, pred in pairs:
+        print(f"{name:56s} {meas:9.2f} {pred:9.2f} {100 * (pred - meas):+7.0f}")
 
 
 SPEEDUP_PAIRS = [  # (BF16 row, FP8 row) of the same layout and stack
@@ -304,14 +330,14 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
         print_errors_p90("FP8 rows, leave one source group out", {g: [e for _, e in v] for g, v in held.items()})
     hi = {r.id: r for r in load_runs()}
     lo = {r.id: r for r in runs}
-    print(f"\n{'FP8 speedup over BF16':44s} {'measured':>9s} {'predicted':>9s} {'points':>7s}")
+    pairs = []
     for b, f in SPEEDUP_PAIRS:
         if b in hi and f in lo:
             rb, rf = hi[b], lo[f]
             pb = evaluate(rb.model, rb.cluster, rb.training, rb.layout)
             pf = evaluate(rf.model, rf.cluster, rf.training, rf.layout)
-            meas, pred = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
-            print(f"{f:44s} {meas:9.2f} {pred:9.2f} {100 * (pred - meas):+7.0f}")
+            pairs.append((f, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s))
+    print_speedups("FP8 speedup over BF16", pairs)
 
 
 if __name__ == "__main__":
