@@ -174,6 +174,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         raise LogError(f"{where}: the run trains mtp_num_layers = {mtp}, the model {model.name} has mtp_layers = "
                        f"{model.mtp_layers}; give a model with the run's multi-token prediction depths")
     tp, pp = _arg(args, "tensor_model_parallel_size", where), _arg(args, "pipeline_model_parallel_size", where)
+    experts = _megatron_experts(args, model, tp, where)
     split = None
     if (text := args.get("pipeline_model_parallel_layout", "None")) != "None":  # printed as given
         try:
@@ -246,8 +247,46 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         overlap_grad_reduce=_arg(args, "overlap_grad_reduce", where, kind=bool, default=False),
         overlap_param_gather=_arg(args, "overlap_param_gather", where, kind=bool, default=False),
         tp_comm_overlap=_arg(args, "tp_comm_overlap", where, kind=bool, default=False),
+        **experts,
     )
     return training, layout
+
+
+def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: str) -> dict:
+    """The expert layout of a Megatron MoE run (Layout.ep, etp, moe_dispatcher, ep_overlap) from its printed
+    arguments, after checking the experts against the model's; {} for a dense run of a dense model.
+    Megatron's defaults where absent: ETP = TP, the all-gather dispatcher, dropless routing
+    [megatron-core 0.19.2 transformer_config.py: moe_token_dispatcher_type 'allgather',
+    moe_flex_dispatcher_backend 'deepep', moe_expert_capacity_factor None; arguments.py: ETP defaults to TP].
+    Refused in one line: experts that differ from the model's, the all-gather dispatcher and token
+    dropping (neither is priced), NCCL EP's flex backend."""
+    n = _arg(args, "num_experts", where, default=None) or None
+    if model.moe is None:
+        if n:
+            raise LogError(f"{where}: the run has num_experts = {n}, the model {model.name} is dense")
+        return {}
+    e = model.moe
+    for name, theirs, mine in (("num_experts", n, e.num_experts),
+                               ("moe_router_topk", _arg(args, "moe_router_topk", where, default=2), e.top_k),
+                               ("moe_router_num_groups", _arg(args, "moe_router_num_groups", where, default=None),
+                                e.router_groups)):
+        if theirs != mine:
+            raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
+    if _arg(args, "moe_expert_capacity_factor", where, kind=float, default=None) is not None:
+        raise LogError(f"{where}: moe_expert_capacity_factor is set (token dropping); the planner prices dropless routing")
+    kind = args.get("moe_token_dispatcher_type", "allgather")
+    if kind == "flex":
+        backend = args.get("moe_flex_dispatcher_backend", "deepep")
+        if backend not in ("deepep", "hybridep"):  # both send a token once per remote node (planner.comm)
+            raise LogError(f"{where}: moe_flex_dispatcher_backend = {backend!r} is not priced (deepep, hybridep are)")
+        dispatcher = "deepep"
+    elif kind == "alltoall":
+        dispatcher = "alltoall"
+    else:
+        raise LogError(f"{where}: moe_token_dispatcher_type = {kind!r} is not priced (alltoall, flex are)")
+    return dict(ep=_arg(args, "expert_model_parallel_size", where, default=1),
+                etp=_arg(args, "expert_tensor_parallel_size", where, default=tp), moe_dispatcher=dispatcher,
+                ep_overlap=_arg(args, "overlap_moe_expert_parallel_comm", where, kind=bool, default=False))
 
 
 def _whole_number(text: str) -> int:
