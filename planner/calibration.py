@@ -160,14 +160,15 @@ def _loss_kernel(args: dict[str, str], where: str) -> str:
 def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[TrainingSpec, Layout]:
     """The training spec and layout of a Megatron run from its printed arguments.
 
-    Checks the model's shape against the run's (num_layers, hidden_size, MTP depths); a
+    Checks the model's shape against the run's (layers, width, heads, FFN width, MTP depths, experts); a
     --pipeline-model-parallel-layout string becomes Layout.pipeline_layers (planner.pipeline_layout),
     refused in one line where it places the embedding, the loss or the MTP depths elsewhere than the
     planner prices them.
     """
-    for name, mine in (("num_layers", model.num_layers), ("hidden_size", model.hidden_size)):
-        theirs = _arg(args, name, where)
-        if theirs != mine:
+    for name, mine in (("num_layers", model.num_layers), ("hidden_size", model.hidden_size),
+                       ("num_attention_heads", model.num_attention_heads), ("ffn_hidden_size", model.ffn_hidden_size)):
+        theirs = _arg(args, name, where, default=None if name in ("num_attention_heads", "ffn_hidden_size") else _REQUIRED)
+        if theirs is not None and theirs != mine:
             raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
     mtp = _arg(args, "mtp_num_layers", where, default=None) or 0  # None: no multi-token prediction
     if mtp != model.mtp_layers:

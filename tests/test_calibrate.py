@@ -398,6 +398,10 @@ def test_megatron_arguments_carry_the_expert_layout():
                       ({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep"}, "'ncclep' is not priced")):
         with pytest.raises(LogError, match=rule):
             megatron_setup(dict(moe, **bad), mix, m.source)
+    with pytest.raises(LogError, match="the run has ffn_hidden_size = 11008, the model mixtral-8x7b has 14336"):
+        megatron_setup(dict(moe, ffn_hidden_size="11008"), mix, m.source)
+    with pytest.raises(LogError, match="the run has num_attention_heads = 64"):
+        megatron_setup(dict(moe, num_attention_heads="64"), mix, m.source)
     with pytest.raises(LogError, match="the run has num_experts = 8, the model llama3-8b is dense"):
         megatron_setup(moe, planner.load_model(MODEL), m.source)
     assert megatron_setup(m.args, planner.load_model(MODEL), m.source)[1].ep == 1
