@@ -140,8 +140,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     per_param = f"{st / psi:g}"
     usable = cluster.usable_memory
     need = "must be sharded (ZeRO) or split (TP/PP)" if st > usable else "fits on one GPU unsharded"
+    mtp = (f" (its {model.mtp_layers} multi-token prediction depth(s), {model.mtp_params / 1e9:.1f}B more, sit on the "
+           "last pipeline rank)") if model.mtp_layers else ""
     lines.append(f"Static memory: {psi / 1e9:.1f}B parameters x {per_param} bytes = {st / GB:,.0f} GB against "
-                 f"{cluster.gpu.memory / GB:.0f} GB per GPU ({usable / GB:.0f} GB after the overhead item), so the model state {need}.")
+                 f"{cluster.gpu.memory / GB:.0f} GB per GPU ({usable / GB:.0f} GB after the overhead item), so the model state "
+                 f"{need}{mtp}.")
     if st > usable:
         lines.append(f"Spread over all {cluster.world_size} GPUs that is {st / cluster.world_size / GB:.1f} GB each at best.")
     lines.append(f"Tensor parallelism stays inside one NVLink domain of {cluster.nvlink_domain_size} GPUs "

@@ -277,8 +277,8 @@ class MLASpec(_Spec):
 
 
 class ModelSpec(_Spec):
-    """A decoder-only transformer: dense, or Mixture-of-Experts / multi-latent attention (their
-    parameters are counted; their layouts are not priced yet). The parameter count is derived, never stored."""
+    """A decoder-only transformer: dense, or with Mixture-of-Experts MLPs, multi-latent attention and
+    multi-token prediction depths. The parameter count is derived, never stored."""
 
     name: Name
     """Catalog id or a free name."""

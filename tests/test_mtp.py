@@ -148,3 +148,14 @@ def test_the_shared_embeddings_gradient_is_all_reduced_between_first_and_last_ra
     tr8, two = TrainingSpec(global_batch_size=8, seq_length=4096), Layout(pp=2, dp=4)
     assert embedding_sync_time(llama, h100, tr8, two, 1) == 0
     assert embedding_sync_time(llama_mtp(), h100, tr8, two, 1) > 0
+
+
+def test_explain_says_where_the_depths_sit_and_what_they_cost():
+    from planner.cost import mtp_time
+    from planner.explain import explain
+    c, tr = planner.load_cluster("dgx-h100", nodes=1), TrainingSpec(global_batch_size=16, seq_length=4096)
+    lines = explain(llama_mtp(), c, tr, pp=2, sensitivities=False)
+    assert "its 1 multi-token prediction depth(s), 0.3B more, sit on the last pipeline rank" in lines[0]
+    best = planner.plan(llama_mtp(), c, tr, top_k=1, structural=False, pp=2).best
+    said = next(line for line in lines if "It also trains the 1 multi-token prediction depth(s)" in line)
+    assert f"{mtp_time(best.model, best.cluster, best.training, best.layout) * 1e3:.1f} ms a micro-batch" in said
