@@ -374,6 +374,10 @@ MUTANTS = [
      "    if True:\n        return 0.0", "shared embedding's gradient sync free"),
     ("planner/cost.py", '    group = placement(cluster, (2, axis_stride(layout, "pp") * (p - 1)))',
      '    group = placement(cluster, (2, 1))', "shared embedding's gradient synced over NVLink neighbours"),
+    ("planner/cost.py", 'rs = collective_time(cluster, group, "reducescatter", gathered * 4 * h)',
+     'rs = collective_time(cluster, group, "reducescatter", gathered * 2 * h)', "all-gather dispatcher combines in BF16"),
+    ("planner/cost.py", "        group = placement(cluster, (ep * etp, 1))\n        gathered = n * ep * etp",
+     "        group = placement(cluster, (ep, 1))\n        gathered = n * ep", "all-gather dispatcher gathers over EP only"),
     ("planner/pipeline_layout.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
      "MTP depth left out of the layout string"),
 ]

@@ -259,8 +259,8 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
     Megatron's defaults where absent: ETP = TP, the all-gather dispatcher, dropless routing
     [megatron-core 0.19.2 transformer_config.py: moe_token_dispatcher_type 'allgather',
     moe_flex_dispatcher_backend 'deepep', moe_expert_capacity_factor None; arguments.py: ETP defaults to TP].
-    Refused in one line: experts that differ from the model's, the all-gather dispatcher and token
-    dropping (neither is priced), NCCL EP's flex backend."""
+    Refused in one line: experts that differ from the model's, token dropping (not priced), NCCL EP's
+    flex backend."""
     n = _arg(args, "num_experts", where, default=None) or None
     if model.moe is None:
         if n:
@@ -281,10 +281,10 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
         if backend not in ("deepep", "hybridep"):  # both send a token once per remote node (planner.comm)
             raise LogError(f"{where}: moe_flex_dispatcher_backend = {backend!r} is not priced (deepep, hybridep are)")
         dispatcher = "deepep"
-    elif kind == "alltoall":
-        dispatcher = "alltoall"
+    elif kind in ("alltoall", "allgather"):
+        dispatcher = kind
     else:
-        raise LogError(f"{where}: moe_token_dispatcher_type = {kind!r} is not priced (alltoall, flex are)")
+        raise LogError(f"{where}: moe_token_dispatcher_type = {kind!r} is not priced (alltoall, allgather, flex are)")
     return dict(ep=_arg(args, "expert_model_parallel_size", where, default=1),
                 etp=_arg(args, "expert_tensor_parallel_size", where, default=tp), moe_dispatcher=dispatcher,
                 ep_overlap=_arg(args, "overlap_moe_expert_parallel_comm", where, kind=bool, default=False))

@@ -174,8 +174,9 @@ def _constraint_args(p: argparse.ArgumentParser) -> None:
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro-batch-size"):
         g.add_argument(f"--{name}", default=None, metavar="N|LO:HI")
     g.add_argument("--zero", default=None, metavar="N|LO:HI", help="ZeRO stage")
-    g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|deepep[,...]",
-                   help="MoE token dispatchers to search (default alltoall; deepep needs the deep_ep package)")
+    g.add_argument("--moe-dispatcher", default=None, metavar="alltoall|allgather|deepep[,...]",
+                   help="MoE token dispatchers to search (default alltoall; allgather is Megatron's default; "
+                        "deepep needs the deep_ep package)")
     g.add_argument("--recompute", default=None,
                    help="none, selective (Megatron's attention core), full, op (torchtitan's per-op), or a comma list")
     g.add_argument("--ep-overlap", choices=["on", "off", "both"], default=None,
@@ -621,7 +622,7 @@ def _layout_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{name}", type=_positive_int, default=1)
     p.add_argument("--dp", type=_positive_int, default=None, help="default: what the world size leaves")
     p.add_argument("--ep", type=_positive_int, default=1, help="MoE: expert-parallel degree")
-    p.add_argument("--moe-dispatcher", choices=["alltoall", "deepep"], default="alltoall",
+    p.add_argument("--moe-dispatcher", choices=["alltoall", "allgather", "deepep"], default="alltoall",
                    help="MoE token dispatcher: Megatron's all-to-all, or its flex dispatcher with DeepEP (needs deep_ep)")
     p.add_argument("--etp", type=_positive_int, default=None, help="MoE: expert tensor-parallel degree (default: = TP)")
     p.add_argument("--ep-overlap", action="store_true",

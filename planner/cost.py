@@ -458,7 +458,15 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     TrainingSpec.moe_imbalance scales the busiest rank's rows and all-to-all volume (1: balanced).
     dispatcher 'deepep' (Megatron's flex dispatcher, DeepEP backend; etp 1): permutation is fused into
     the dispatch, probabilities travel with the tokens, and a token crosses the network once per
-    remote node (comm.node_dedup_alltoall_time).
+    remote node (comm.node_dedup_alltoall_time). Dispatcher 'allgather' (Megatron's default): every
+    rank's N tokens, their routing map (1 B per expert) and FP32 probabilities are all-gathered over the
+    etp x ep group, each rank permutes out its experts' rows (the same R), and combine reduce-scatters
+    the outputs back in the probabilities' FP32 (backward runs each collective's transpose, the same
+    volumes, as it repeats the all-to-alls) [megatron-core 0.19.2 transformer/moe/token_dispatcher.py: MoEAllGatherTokenDispatcher.
+    token_dispatch (gather_from_sequence_parallel_region over tp_ep_group), token_combine
+    (reduce_scatter_to_sequence_parallel_region, hidden_states.to(local_probs.dtype))]; ASSUMPTION:
+    the router's probabilities are FP32 (moe_router_dtype fp32, the perf recipes'); the gathered
+    tokens sit in Megatron's global buffer, one layer at a time, and are not held for backward.
     """
     e, h, s = model.moe, model.hidden_size, training.seq_length
     fp8 = gemm_format(training)
@@ -473,6 +481,14 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8, training.kernels)
     gpu, cal = cluster.gpu, cluster.calibration
     deep = dispatcher == "deepep"
+    if dispatcher == "allgather":  # the gathered tokens permuted once into the local experts' rows, undone in combine
+        moved = 2 * rows * h
+        memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        group = placement(cluster, (ep * etp, 1))
+        gathered = n * ep * etp  # tokens on the group's ranks together
+        ag = collective_time(cluster, group, "allgather", gathered * (2 * h + 4 * e.num_experts + e.num_experts))
+        rs = collective_time(cluster, group, "reducescatter", gathered * 4 * h)
+        return MoETime(gemm, memory, ag + rs)
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
     moved = 2 * ((0.0 if deep else n * e.top_k * h) + (rows * h if local > 1 else 0.0))
     memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)

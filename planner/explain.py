@@ -63,11 +63,16 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     per_gpu = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp) * e.top_k * model.hidden_size * 2
     pipe = b.time.pipeline  # the rank that spends most on dispatch (the slowest may hold dense layers only)
     ep_s = max(st.ep_comm for st in pipe.stages) * pipe.num_microbatches
+    if lay.moe_dispatcher == "allgather":  # every token gathered over etp x ep (planner.cost.moe_time)
+        gathered = per_gpu / e.top_k * lay.ep * lay.expert_tp
+        moves = (f"the all-gather dispatcher gathers every rank's tokens, {gathered / 1e6:,.0f} MB, to each GPU and "
+                 "reduce-scatters the outputs back, each again in backward")
+    else:
+        moves = f"each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch"
     out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
-           f"{where}: each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch, "
-           f"{ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); tokens are assumed "
-           "balanced over the experts."]
+           f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); tokens are "
+           "assumed balanced over the experts."]
     if group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1:
         tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
         a2a = alltoall_time(cluster, group, tokens * e.top_k * model.hidden_size * 2)

@@ -188,6 +188,8 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
             bad.append("ep_overlap does not run with full recompute")
         if model.mtp_layers > 1:
             bad.append(f"ep_overlap runs at most one MTP depth (mtp_layers {model.mtp_layers})")
+        if lay.moe_dispatcher == "allgather":
+            bad.append("ep_overlap runs with the alltoall or deepep dispatcher, not allgather")
     return bad
 
 
@@ -634,7 +636,7 @@ CONSTRAINT_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "moe_dispatcher", "ep_ov
 _INT_KEYS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "micro_batch_size": 1, "zero_stage": 0}
 _BOOL_KEYS = ("sequence_parallel", "uneven_stages", "partial_recompute")
 RANK_ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
-MOE_DISPATCHERS = ("alltoall", "deepep")
+MOE_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
 def _whole(name: str, v: Any, lo: int, hi: int) -> int:
@@ -1007,7 +1009,7 @@ def build_space(
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
     if not moe and (any(_constrained(k, constraints) for k in ("ep", "etp"))
-                    or "deepep" in (constraints.get("moe_dispatcher") or ())):
+                    or set(constraints.get("moe_dispatcher") or ()) - {"alltoall"}):
         raise PlannerError(f"constraint ep/etp: {model.name} is dense (expert parallelism needs a Mixture-of-Experts model)")
     eps = [e for e in divisors(model.moe.num_experts) if _allowed("ep", e, constraints)] if moe else [1]
 
@@ -1025,20 +1027,23 @@ def build_space(
 
     def experts(tp: int) -> list[tuple[int, int | None, str, bool]]:
         """(ep, etp, dispatcher, ep_overlap) options at this tp: etp = tp (Megatron's default, None) or
-        1 (experts whole); DeepEP where the constraint allows it and it is priced (ep > 1, etp 1),
-        all-to-all elsewhere (with ep 1 nothing is dispatched across GPUs); the combined 1F1B on or
-        off with ep > 1."""
+        1 (experts whole); the constraint's dispatchers where each is priced (DeepEP: ep > 1, etp 1;
+        all-gather: a group to gather over, without the combined 1F1B, which Megatron runs with the
+        others only), all-to-all where none is (with ep = etp = 1 nothing is dispatched across GPUs);
+        the combined 1F1B on or off with ep > 1."""
         if not moe:
             return [(1, None, "alltoall", False)]
         etps = [None] + ([1] if tp > 1 else [])
         out = []
         for e in eps:
             for t in etps:
-                if not _allowed("etp", tp if t is None else t, constraints):
+                et = tp if t is None else t
+                if not _allowed("etp", et, constraints):
                     continue
-                deep = e > 1 and (tp if t is None else t) == 1
+                ds = [d for d in dispatchers if d == "alltoall" or (d == "deepep" and e > 1 and et == 1)
+                      or (d == "allgather" and e * et > 1)] or ["alltoall"]
                 ovs = overlap_options if e > 1 else [False]
-                out += [(e, t, d, o) for d in (dispatchers if deep else ["alltoall"]) for o in ovs]
+                out += [(e, t, d, o) for d in ds for o in ovs if not (o and d == "allgather")]
         return list(dict.fromkeys(out))
 
     shapes = []

@@ -990,10 +990,12 @@ class Layout(_Spec):
     GPUs of each pipeline stage."""
     etp: PosInt | None = None
     """Expert tensor-parallel degree (--expert-tensor-parallel-size); None = tp, Megatron's default."""
-    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
-    """MoE token dispatcher: Megatron's all-to-all (NCCL; stock Megatron + Transformer Engine) or its
-    flex dispatcher with the DeepEP backend (needs the deep_ep package), which sends a token once to
-    each remote node its experts sit on and forwards it over NVLink there."""
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "alltoall"
+    """MoE token dispatcher: Megatron's all-to-all (NCCL; stock Megatron + Transformer Engine), its
+    all-gather (Megatron's default: every token gathered over the etp x ep group, each rank keeping its
+    experts' rows, the outputs reduce-scattered back), or its flex dispatcher with the DeepEP backend
+    (needs the deep_ep package), which sends a token once to each remote node its experts sit on and
+    forwards it over NVLink there."""
     zero_stage: _count(3, lo=0) = 0
     """ZeRO stage: 1 shards optimizer states, 2 also grads, 3 also params (over dp*cp ranks)."""
     micro_batch_size: _count(MAX_BATCH) = 1
@@ -1091,7 +1093,7 @@ class Layout(_Spec):
             parts[-1] += f"({','.join(self.recompute_modules)})"
         if self.ep > 1 or self.etp is not None:
             parts.insert(4, f"ep{self.ep}" + (f" etp{self.etp}" if self.etp is not None else "")
-                         + (" deepep" if self.moe_dispatcher == "deepep" else ""))
+                         + ("" if self.moe_dispatcher == "alltoall" else f" {self.moe_dispatcher}"))
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         if self.sequence_parallel:

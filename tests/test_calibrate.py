@@ -378,9 +378,9 @@ def test_megatron_arguments_carry_a_pipeline_layout_string():
 def test_megatron_arguments_carry_the_expert_layout():
     """An MoE run's printed expert grid and dispatcher become the layout it is priced with (Mixtral-8x7B has
     the fixture's 32 layers of 4096): EP 4, ETP from the run (else TP, Megatron's default), the flex
-    dispatcher with DeepEP or HybridEP as 'deepep', the combined 1F1B overlap; experts that differ from the
-    model's, the all-gather dispatcher (Megatron's default, not priced), token dropping and a dense model
-    given an MoE run are refused in one line."""
+    dispatcher with DeepEP or HybridEP as 'deepep', the all-gather one where none is printed (Megatron's
+    default), the combined 1F1B overlap; experts that differ from the model's, token dropping and a dense
+    model given an MoE run are refused in one line."""
     m = read_log(LOGS / "megatron_llama3_8b.log")
     mix = planner.load_model("mixtral-8x7b")
     moe = dict(m.args, num_experts="8", moe_router_topk="2", expert_model_parallel_size="4",
@@ -391,9 +391,11 @@ def test_megatron_arguments_carry_the_expert_layout():
                               moe_flex_dispatcher_backend="hybridep", overlap_moe_expert_parallel_comm="True"),
                          mix, m.source)[1]
     assert (lay.ep, lay.expert_tp, lay.moe_dispatcher, lay.ep_overlap) == (4, 1, "deepep", True)
+    no_flag = {k: v for k, v in moe.items() if k != "moe_token_dispatcher_type"}  # Megatron's default, all-gather
+    assert megatron_setup(no_flag, mix, m.source)[1].moe_dispatcher == "allgather"
     for bad, rule in (({"num_experts": "16"}, "the run has num_experts = 16, the model mixtral-8x7b has 8"),
                       ({"moe_router_topk": "1"}, "moe_router_topk = 1"),
-                      ({"moe_token_dispatcher_type": "allgather"}, "moe_token_dispatcher_type = 'allgather' is not priced"),
+                      ({"moe_token_dispatcher_type": "alltoall_seq"}, "'alltoall_seq' is not priced"),
                       ({"moe_expert_capacity_factor": "1.0"}, "token dropping"),
                       ({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep"}, "'ncclep' is not priced")):
         with pytest.raises(LogError, match=rule):

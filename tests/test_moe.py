@@ -953,3 +953,38 @@ def test_group_limited_routing_is_checked_and_emitted():
                                         recompute="selective", pipeline_layers=(4,) * 15 + (1,)))
     args = p.to_megatron().args
     assert args[args.index("--moe-router-num-groups") + 1] == "8" and args[args.index("--moe-router-group-topk") + 1] == "4"
+
+
+def test_allgather_dispatcher_gathers_every_token_over_etp_x_ep():
+    """Megatron's default dispatcher on Mixtral-8x7B (8 experts, top 2), one DGX H100, ep 8, a micro-batch
+    of 4096 tokens a GPU: forward all-gathers the 8 ranks' 32,768 tokens with their hidden states (2 h B),
+    FP32 probabilities (4 E) and routing map (E bytes), 32,768 x (8,192 + 32 + 8) = 269,746,176 B, and
+    reduce-scatters the FP32 outputs, 32,768 x 4 x 4,096 = 536,870,912 B, over the 8 GPUs' NVLink; the
+    experts see the same rows as with the all-to-all. Megatron's all-to-all sends each token to its 2
+    experts' ranks only, so here it is the faster one and the search, offered both, keeps it (two nodes,
+    where Mixtral fits); Qwen3-30B-A3B's top 8 of 128 at ep 2 sends each token's 8 copies, 4 of them to
+    the other rank, where the all-gather sends it once: there the search picks the all-gather."""
+    from planner.comm import collective_time
+    from planner.cost import moe_time
+    from planner.topology import placement
+    m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=1)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    ag = moe_time(m, c, tr, 1, 1, 1, 8, 1, "allgather")
+    a2a = moe_time(m, c, tr, 1, 1, 1, 8, 1, "alltoall")
+    group = placement(c, (8, 1))
+    assert 32_768 * (2 * 4096 + 4 * 8 + 8) == 269_746_176 and 32_768 * 4 * 4096 == 536_870_912
+    assert ag.ep == pytest.approx(collective_time(c, group, "allgather", 269_746_176)
+                                  + collective_time(c, group, "reducescatter", 536_870_912), rel=1e-12)
+    assert ag.gemm == a2a.gemm and ag.ep > 2 * a2a.ep
+    # tp 2, etp 2, ep 4: each rank holds 2,048 tokens (sequence parallel); the etp x ep group of 8 gathers 16,384
+    both_axes = moe_time(m, c, tr, 2, 1, 1, 4, 2, "allgather")
+    assert both_axes.ep == pytest.approx(collective_time(c, group, "allgather", 16_384 * 8_232)
+                                         + collective_time(c, group, "reducescatter", 16_384 * 4 * 4096), rel=1e-12)
+    both = ["alltoall", "allgather"]
+    best = planner.plan(m, planner.load_cluster("dgx-h100", nodes=2), tr, top_k=1, structural=False,
+                        moe_dispatcher=both).best
+    assert best.layout.moe_dispatcher == "alltoall" and best.layout.ep > 1
+    qwen = planner.plan(planner.load_model("qwen3-30b-a3b"), c, tr, top_k=1, structural=False, ep=2, moe_dispatcher=both)
+    assert qwen.best.layout.moe_dispatcher == "allgather" and "ep2 allgather" in qwen.best.layout.short()
+    with pytest.raises(planner.PlannerError, match="ep_overlap runs with the alltoall or deepep dispatcher"):
+        planner.evaluate(m, c, tr, Layout(dp=8, ep=8, moe_dispatcher="allgather", ep_overlap=True))

@@ -524,6 +524,20 @@ def test_megatron_accepts_deepseek_v3_with_mla_and_leading_dense_layers(megatron
     assert (r.details["mtp_num_layers"], r.details["mtp_ranks"]) == (1, [15])  # its MTP depth beside the loss
 
 
+def test_megatron_builds_the_allgather_dispatcher(megatron_path):
+    """Qwen3-30B-A3B at ep 2 with Megatron's all-gather dispatcher: the flags pass validate_args and the
+    TransformerConfig runs the dispatcher the plan priced."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=1),
+                         TrainingSpec(global_batch_size=64, seq_length=4096),
+                         Layout(pp=4, dp=2, ep=2, zero_stage=1, recompute="full", moe_dispatcher="allgather"))
+    r = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert (r.details["moe_token_dispatcher_type"], r.details["ep"]) == ("allgather", 2)
+
+
 @pytest.mark.parametrize("split", [None, (17, 15)])
 def test_megatron_builds_the_mtp_depth_on_the_last_rank(megatron_path, split):
     """A dense model with one MTP depth at pp 2, with Megatron's even split and with an explicit layout:

@@ -86,7 +86,7 @@ def megatron_args(plan: Plan) -> list[str]:
         a += ["--num-experts", str(e.num_experts), "--moe-router-topk", str(e.top_k),
               "--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size), "--moe-grouped-gemm",
               *(["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
-                if lay.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", "alltoall"]),
+                if lay.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", lay.moe_dispatcher]),
               "--moe-router-load-balancing-type", "aux_loss",
               "--moe-aux-loss-coeff", "1e-3",
               "--expert-model-parallel-size", str(lay.ep), "--expert-tensor-parallel-size", str(lay.expert_tp)]
