@@ -165,9 +165,10 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     refused in one line where it places the embedding, the loss or the MTP depths elsewhere than the
     planner prices them.
     """
-    for name, mine in (("num_layers", model.num_layers), ("hidden_size", model.hidden_size),
-                       ("num_attention_heads", model.num_attention_heads), ("ffn_hidden_size", model.ffn_hidden_size)):
-        theirs = _arg(args, name, where, default=None if name in ("num_attention_heads", "ffn_hidden_size") else _REQUIRED)
+    for name, mine, required in (("num_layers", model.num_layers, True), ("hidden_size", model.hidden_size, True),
+                                 ("num_attention_heads", model.num_attention_heads, False),
+                                 ("ffn_hidden_size", model.ffn_hidden_size, False)):
+        theirs = _arg(args, name, where, default=_REQUIRED if required else None)
         if theirs is not None and theirs != mine:
             raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
     mtp = _arg(args, "mtp_num_layers", where, default=None) or 0  # None: no multi-token prediction

@@ -47,6 +47,7 @@ from planner.memory import (
     optimizer_shard_params,
     param_gather_bytes,
     dense_layers_on,
+    ends_share_embedding,
     own_norms,
     param_shards,
     quantized_element_bytes,
@@ -1192,7 +1193,7 @@ def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> Sh
     emb = model.embedding_params / tp if stage == 0 else 0.0
     out = 0.0
     if stage == p - 1:  # the output layer's unit holds the MTP depths and their embedding copy too
-        copy = model.vocab_size * model.hidden_size if (model.tied_embeddings or model.mtp_layers) and p > 1 else 0
+        copy = model.vocab_size * model.hidden_size if ends_share_embedding(model, p) else 0
         dup = model.mtp_layers * model.mla_duplicated_params
         out = (model.output_params + copy + mtp_stage_params(model, layout) - dup) / tp + dup
     rest = stage_params(model, layout, stage, layers) - emb - out
@@ -1227,7 +1228,7 @@ def embedding_sync_time(model: ModelSpec, cluster: ClusterSpec, training: Traini
     or mtp_num_layers), called by finalize_model_grads after finish_grad_sync]. 0 elsewhere, and on the
     engines that are not Megatron's."""
     p = layout.pp
-    if p == 1 or stage not in (0, p - 1) or not (model.tied_embeddings or model.mtp_layers):
+    if stage not in (0, p - 1) or not ends_share_embedding(model, p):
         return 0.0
     if uses_deepspeed(training) or uses_torchtitan(training):
         return 0.0

@@ -754,10 +754,17 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
         n += model.embedding_params
     if stage == p - 1:
         n += model.output_params + mtp_stage_params(model, layout)
-        if (model.tied_embeddings or model.mtp_layers) and p > 1:
+        if ends_share_embedding(model, p):
             n += model.vocab_size * model.hidden_size
     dup = (layers + (model.mtp_layers if stage == p - 1 else 0)) * model.mla_duplicated_params  # whole on every TP rank
     return (n - dup) / layout.tp + dup
+
+
+def ends_share_embedding(model: ModelSpec, pp: int) -> bool:
+    """Whether the first and the last of `pp` pipeline ranks each hold the V x h word embedding: tied to
+    the output layer, or embedding the next tokens for MTP depths, with pp > 1 (Megatron keeps the copy
+    and all-reduces its gradient between them: cost.embedding_sync_time)."""
+    return pp > 1 and bool(model.tied_embeddings or model.mtp_layers)
 
 
 def mtp_stage_params(model: ModelSpec, layout: Layout) -> int:
@@ -1200,8 +1207,9 @@ def stage_activation_items(
             peak = DEEPSPEED_LOSS_PEAK_SBV if loss == "megatron-deepspeed" else MEGATRON_LOSS_PEAK_SBV
             items.append(MemoryItem("logits", 4 * s_loc * b * h / sp_div + peak * s_loc * b * V / t,
                                     "final norm and output layer inputs, the loss at its peak"))
-    if stage == p - 1 and model.mtp_layers:
-        items.append(mtp_item(model, layout, s_loc * b, items[-1].bytes, layer_bytes))
+    if stage == p - 1 and model.mtp_layers:  # each depth holds a second set of what the logits item holds
+        logits = next(it.bytes for it in items if it.name == "logits")
+        items.append(mtp_item(model, layout, s_loc * b, logits, layer_bytes))
     items.append(MemoryItem("overhead", cluster.memory_overhead, "CUDA context, NCCL buffers, fragmentation"))
     return items
 

@@ -49,7 +49,7 @@ def parse_layout_string(text: str, pp: int, num_layers: int, mtp: int = 0) -> tu
         raise PlannerError(f"{where}: {flat.count('t')} decoder layers 't', the model has {num_layers}")
     if flat.count("m") != mtp:
         raise PlannerError(f"{where}: {flat.count('m')} MTP depths 'm', the model has mtp_layers = {mtp}")
-    if "t" in flat[flat.find("m"):] and mtp:
+    if mtp and "t" in flat[flat.find("m"):]:
         raise PlannerError(f"{where}: decoder layers must come before the MTP depths")
     if mtp and stages[-1].count("m") != mtp:
         raise PlannerError(f"{where}: the MTP depths are priced in the last virtual stage, beside the loss "
