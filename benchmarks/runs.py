@@ -431,6 +431,20 @@ def _moe_loss(row: dict) -> str:
     return "te" if "Megatron-Bridge" in str(row.get("software", "")) else "fp32"
 
 
+def _moe_token_drop(r: dict) -> dict:
+    """The row's token dropping (TrainingSpec.moe_capacity_factor, moe_pad_to_capacity) from its recipe note,
+    e.g. 'capacity factor 1.0 + pad'; a bare NeMo 2 MegatronTokenDropCallback runs with its defaults, factor 1.0
+    padded [NeMo nemo/lightning/pytorch/callbacks/moe_token_drop.py: MegatronTokenDropCallback.__init__];
+    {} for a dropless row."""
+    note = str((r.get("recipe") or {}).get("token_drop") or "")
+    factor = re.search(r"capacity factor ([0-9.]+)", note)
+    if factor:
+        return dict(moe_capacity_factor=float(factor.group(1)), moe_pad_to_capacity="pad" in note)
+    if "MegatronTokenDropCallback" in note:
+        return dict(moe_capacity_factor=1.0, moe_pad_to_capacity=True)
+    return {}
+
+
 def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str, str]]]:
     """The MoE rows the planner can price as Runs, and (id, reason) for the others.
 
@@ -476,6 +490,6 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
                         pipeline_layers=_stage_split(model.num_layers, pp * vpp))
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
                                 grad_dtype="bf16", fp8_param_gather=_moe_fp8_param_gather(fp8),
-                                cross_entropy=_moe_loss(r))
+                                cross_entropy=_moe_loss(r), **_moe_token_drop(r))
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
     return runs, skipped

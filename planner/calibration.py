@@ -235,7 +235,7 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
         global_batch_size=_arg(args, "global_batch_size", where), seq_length=_arg(args, "seq_length", where),
         precision="bf16" if bf16 else "fp16",
         grad_dtype="bf16" if _arg(args, "grad_reduce_in_bf16", where, kind=bool, default=False) else "fp32",
-        cross_entropy=_loss_kernel(args, where),
+        cross_entropy=_loss_kernel(args, where), **_megatron_routing(args, model, where),
     )
     layout = Layout(
         tp=tp, pp=pp, cp=cp, dp=world // (tp * pp * cp), micro_batch_size=_arg(args, "micro_batch_size", where),
@@ -260,8 +260,8 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
     Megatron's defaults where absent: ETP = TP, the all-gather dispatcher, dropless routing
     [megatron-core 0.19.2 transformer_config.py: moe_token_dispatcher_type 'allgather',
     moe_flex_dispatcher_backend 'deepep', moe_expert_capacity_factor None; arguments.py: ETP defaults to TP].
-    Refused in one line: experts that differ from the model's, token dropping (not priced), NCCL EP's
-    flex backend."""
+    Refused in one line: experts that differ from the model's, NCCL EP's flex backend. Token dropping
+    is the workload's (megatron_routing)."""
     n = _arg(args, "num_experts", where, default=None) or None
     if model.moe is None:
         if n:
@@ -274,8 +274,6 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
                                 e.router_groups)):
         if theirs != mine:
             raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
-    if _arg(args, "moe_expert_capacity_factor", where, kind=float, default=None) is not None:
-        raise LogError(f"{where}: moe_expert_capacity_factor is set (token dropping); the planner prices dropless routing")
     kind = args.get("moe_token_dispatcher_type", "allgather")
     if kind == "flex":
         backend = args.get("moe_flex_dispatcher_backend", "deepep")
@@ -289,6 +287,17 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
     return dict(ep=_arg(args, "expert_model_parallel_size", where, default=1),
                 etp=_arg(args, "expert_tensor_parallel_size", where, default=tp), moe_dispatcher=dispatcher,
                 ep_overlap=_arg(args, "overlap_moe_expert_parallel_comm", where, kind=bool, default=False))
+
+
+def _megatron_routing(args: dict[str, str], model: ModelSpec, where: str) -> dict:
+    """An MoE Megatron run's token dropping (TrainingSpec.moe_capacity_factor, moe_pad_to_capacity) from its
+    printed arguments; Megatron reads a negative capacity factor as none [megatron-core 0.19.2
+    transformer_config.py: TransformerConfig.__post_init__]. Either drop policy keeps the same rows."""
+    factor = _arg(args, "moe_expert_capacity_factor", where, kind=float, default=None) if model.moe else None
+    if factor is None or factor < 0:
+        return {}
+    return dict(moe_capacity_factor=factor,
+                moe_pad_to_capacity=_arg(args, "moe_pad_expert_input_to_capacity", where, kind=bool, default=False))
 
 
 def _whole_number(text: str) -> int:

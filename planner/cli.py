@@ -162,6 +162,12 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "buckets) or FSDP2's (torchtitan); --framework deepspeed/torchtitan and --emit set it")
     p.add_argument("--moe-imbalance", type=_positive_float, default=1.0, metavar="X",
                    help="MoE: routed tokens on the busiest expert rank over the mean (default 1: balanced)")
+    p.add_argument("--moe-capacity-factor", type=_positive_float, default=None, metavar="C",
+                   help="MoE: drop the tokens beyond C times each expert's balanced share (Megatron's "
+                        "--moe-expert-capacity-factor; default: dropless)")
+    p.add_argument("--moe-pad-to-capacity", action="store_true",
+                   help="MoE, with --moe-capacity-factor: every expert computes exactly its capacity, padded "
+                        "(Megatron's --moe-pad-expert-input-to-capacity)")
     p.add_argument("--tokens", type=_positive_float, default=None, help="token budget for time to train (e.g. 15e12)")
     p.add_argument("--document-tokens", type=_positive_int, default=None, metavar="D",
                    help="attention masked per packed document (torchtitan always does): a token's document length, "
@@ -345,7 +351,8 @@ def _problem(a):
                             fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
-                            moe_imbalance=a.moe_imbalance, optimizer_impl=a.optimizer_impl)
+                            moe_imbalance=a.moe_imbalance, moe_capacity_factor=a.moe_capacity_factor,
+                            moe_pad_to_capacity=a.moe_pad_to_capacity, optimizer_impl=a.optimizer_impl)
     if a.optimizer_impl == FRAMEWORK_ENGINES["torchtitan"]:  # FSDP2 is torchtitan's engine: the rest of what it runs
         training = framework_training(training, "torchtitan")
     return model, cluster, training

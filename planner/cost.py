@@ -456,7 +456,12 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve. Shared
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
     Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
-    TrainingSpec.moe_imbalance scales the busiest rank's rows and all-to-all volume (1: balanced).
+    TrainingSpec.moe_routing sets the busiest rank's rows and all-to-all volume (memory.routed_rows):
+    the imbalance scales them (1: balanced), a capacity factor caps them and padding to capacity fixes
+    them at E etp C, the padded rows sent, permuted and computed like real ones [megatron-core 0.19.2
+    token_dispatcher.py: MoEAlltoAllTokenDispatcher.preprocess, drop_and_pad: num_out_tokens = capacity
+    x num_experts]. ASSUMPTION: the drop itself (a top-k over each expert's column of the router's
+    probabilities) and the host sync dropping adds before the permutation are not priced.
     dispatcher 'deepep' (Megatron's flex dispatcher, DeepEP backend; etp 1): permutation is fused into
     the dispatch, probabilities travel with the tokens, and a token crosses the network once per
     remote node (comm.node_dedup_alltoall_time). Dispatcher 'allgather' (Megatron's default): every
@@ -473,7 +478,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     fp8 = gemm_format(training)
     tokens, n = b * s / cp, b * s / (cp * tp)
     local = e.num_experts // ep
-    rows = routed_rows(model, n, etp, training.moe_imbalance)  # the busiest rank's
+    routing = training.moe_routing
+    rows = routed_rows(model, n, etp, routing)  # the busiest rank's
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
@@ -491,14 +497,15 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         rs = collective_time(cluster, group, "reducescatter", gathered * 4 * h)
         return MoETime(gemm, memory, ag + rs)
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
-    moved = 2 * ((0.0 if deep else n * e.top_k * h) + (rows * h if local > 1 else 0.0))
+    sent = routed_rows(model, n, 1, routing) if routing.pad else n * e.top_k  # rows this rank permutes out
+    moved = 2 * ((0.0 if deep else sent * h) + (rows * h if local > 1 else 0.0))
     memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     ep_t = 0.0
     if ep > 1:
         group = placement(cluster, (ep, etp))
-        routed = n * e.top_k * training.moe_imbalance  # the busiest rank receives this many rows
+        routed = routed_rows(model, n, 1, routing)  # the busiest rank receives this many rows
         if deep:
-            ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * training.moe_imbalance, 2 * h, e.top_k,
+            ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * routing.share, 2 * h, e.top_k,
                                                 e.num_experts, e.router_groups, e.router_group_topk)
         else:
             ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
@@ -606,7 +613,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if model.mla is not None:
         modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8, training.kernels)))
     if moe is not None:
-        rows = routed_rows(model, tokens / tp, etp, training.moe_imbalance)
+        rows = routed_rows(model, tokens / tp, etp, training.moe_routing)
         modules.append(("moe_act", 2 * rows * 3 * model.moe.expert_ffn_hidden_size / etp / hbm))
     elif model.family != Family.GPT:
         f = model.ffn_hidden_size

@@ -10,8 +10,8 @@ from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import (computed_score_share, loss_traffic_bytes, model_flops_per_token, mtp_time, output_time,
                           stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
-from planner.memory import (activation_bytes_per_layer, adam_bytes, saved_gather_bytes, stage_static_items, static_memory,
-                            weight_and_adam_bytes)
+from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
+                            static_memory, weight_and_adam_bytes)
 from planner.plans import evaluate
 from planner.search import plan
 from planner.space import check_precision, default_fp8_recipe, framework_training, offloaded
@@ -53,6 +53,20 @@ def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: st
 _ACCUMULATOR = {"deepspeed": "DeepSpeed's optimizer wrapper", "fsdp2": "FSDP2 under torchtitan's pipeline"}
 
 
+def _routing_phrase(training: TrainingSpec) -> str:
+    """How the routed tokens are priced on the busiest rank (TrainingSpec.moe_routing, memory.routed_rows)."""
+    r = training.moe_routing
+    spread = ("tokens are assumed balanced over the experts" if r.imbalance == 1 else
+              f"the busiest rank receives {r.imbalance:g}x the mean tokens (--moe-imbalance)")
+    if r.capacity_factor is None:
+        return spread
+    if r.pad:
+        return (f"every expert computes exactly its capacity, {r.capacity_factor:g}x its balanced share of each "
+                "rank's tokens, padded (--moe-expert-capacity-factor, --moe-pad-expert-input-to-capacity)")
+    return (f"{spread}, capped at {r.capacity_factor:g}x the balanced share, the rest dropped "
+            "(--moe-expert-capacity-factor)")
+
+
 def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) -> list[str]:
     """Why this expert parallelism: where its all-to-all runs, what it costs, and the chosen layout
     with EP halved and doubled (priced by evaluate; 'does not fit' / 'illegal' where so)."""
@@ -60,24 +74,25 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     group = placement(cluster, (lay.ep, lay.expert_tp))
     where = ("inside one NVLink domain" if group.tier in ("nvlink", "local") else
              f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
-    per_gpu = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp) * e.top_k * model.hidden_size * 2
+    tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
+    per_gpu = routed_rows(model, tokens, 1, training.moe_routing) * model.hidden_size * 2  # the busiest rank's
     pipe = b.time.pipeline  # the rank that spends most on dispatch (the slowest may hold dense layers only)
     ep_s = max(st.ep_comm for st in pipe.stages) * pipe.num_microbatches
     if lay.moe_dispatcher == "allgather":  # every token gathered over etp x ep (planner.cost.moe_time)
-        gathered = per_gpu / e.top_k * lay.ep * lay.expert_tp
+        gathered = tokens * model.hidden_size * 2 * lay.ep * lay.expert_tp
         moves = (f"the all-gather dispatcher gathers every rank's tokens, {gathered / 1e6:,.0f} MB, to each GPU and "
                  "reduce-scatters the outputs back, each again in backward")
     else:
         moves = f"each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch"
     out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
-           f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); tokens are "
-           "assumed balanced over the experts."]
-    if group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1:
-        tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
-        a2a = alltoall_time(cluster, group, tokens * e.top_k * model.hidden_size * 2)
-        deep = node_dedup_alltoall_time(cluster, group, tokens, model.hidden_size * 2, e.top_k, e.num_experts,
-                                        e.router_groups, e.router_group_topk)
+           f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); "
+           f"{_routing_phrase(training)}."]
+    if (group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1
+            and not training.moe_pad_to_capacity):  # DeepEP does not pad (space._expert_problems)
+        a2a = alltoall_time(cluster, group, per_gpu)
+        deep = node_dedup_alltoall_time(cluster, group, tokens * training.moe_routing.share, model.hidden_size * 2,
+                                        e.top_k, e.num_experts, e.router_groups, e.router_group_topk)
         out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
                    f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
                    "alltoall,deepep if the cluster has the deep_ep package.")

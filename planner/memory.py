@@ -10,6 +10,7 @@ References (keys used in comments):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +21,8 @@ from planner.deepspeed_engine import offload_host_bytes as deepspeed_offload_hos
 from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
                                       wrapper, zero3_gathered_params)
 from planner.errors import SpecError
-from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import (BALANCED, ClusterSpec, Family, Layout, ModelSpec, MoERouting, Recompute, TrainingSpec,
+                           num_microbatches)
 from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
 from planner.torchtitan_engine import chunk_loss_peak_sbv, uses_torchtitan, whole_loss_peak_sbv
 
@@ -440,7 +442,7 @@ def activation_bytes_per_layer(
     fp8_inputs: bool = False,
     etp: int | None = None,
     moe_layer: bool = True,
-    moe_imbalance: float = 1.0,
+    moe_routing: MoERouting = BALANCED,
     recompute_modules: tuple[str, ...] = ("core_attn",),
     quant_bytes: float = 1.0,
     saved_gather_bytes: float | None = None,
@@ -483,7 +485,7 @@ def activation_bytes_per_layer(
             gradient; tests/test_activation_harness.py measures it on two ranks].
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
-        moe_imbalance: the busiest expert rank's routed tokens over the mean (TrainingSpec.moe_imbalance).
+        moe_routing: how the routed tokens fall on the busiest expert rank (TrainingSpec.moe_routing).
         recompute_modules: with recompute='selective', Megatron's --recompute-modules (Layout.
             recomputed_modules); each frees what recompute_module_freed_bytes says.
 
@@ -552,19 +554,19 @@ def activation_bytes_per_layer(
         total += sb * h / sp_div * (-(2 - q) if moe is None else (q if f else 0))
         total -= (2 - q) * sb * f / tp
     if moe is not None:
-        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_imbalance,
+        total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_routing,
                                   quant_bytes)
     if rc == Recompute.SELECTIVE:
         total -= recompute_module_freed_bytes(model, b, s_loc, tp=tp, sp_div=sp_div, modules=recompute_modules,
                                               fp8_inputs=fp8_inputs, etp=tp if etp is None else etp,
-                                              moe_layer=moe_layer, moe_imbalance=moe_imbalance,
+                                              moe_layer=moe_layer, moe_routing=moe_routing,
                                               quant_bytes=quant_bytes)
     return total
 
 
 def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: int, sp_div: int,
                                  modules: tuple[str, ...], fp8_inputs: bool, etp: int, moe_layer: bool,
-                                 moe_imbalance: float = 1.0, quant_bytes: float = 1.0) -> float:
+                                 moe_routing: MoERouting = BALANCED, quant_bytes: float = 1.0) -> float:
     """Bytes of one layer's saved activations that Megatron's output-discarding and module checkpoints
     free, beyond the attention core (megatron-core 0.19.2; 'layernorm', 'moe_act' and 'mla_up_proj' run
     under tensor_parallel.CheckpointWithoutOutput, which drops its output's storage once the consumer has
@@ -592,7 +594,7 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
         m, a = model.mla, model.num_attention_heads
         freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
     if "moe_act" in modules and moe is not None:
-        freed += act_b * routed_rows(model, sb / sp_div, etp, moe_imbalance) * moe.expert_ffn_hidden_size / etp
+        freed += act_b * routed_rows(model, sb / sp_div, etp, moe_routing) * moe.expert_ffn_hidden_size / etp
     if "mlp" in modules and moe is None and model.family != Family.GPT:
         f = model.ffn_hidden_size
         freed += 4 * sb / sp_div + act_b * sb * h / sp_div + 4 * sb * f / tp + act_b * sb * f / tp
@@ -605,10 +607,19 @@ softmax/sigmoid (the backward of each needs them) [Megatron-LM@d98e8a6 megatron/
 moe/router.py: TopKRouter.routing, moe_utils.topk_softmax_with_capacity]."""
 
 
-def routed_rows(model: ModelSpec, tokens: float, etp: int, imbalance: float = 1.0) -> float:
-    """Rows the busiest GPU's grouped GEMMs see for `tokens` tokens of the layer input on it: each
-    token goes to top_k experts and the ETP all-gather brings etp ranks' rows (see moe_routed_bytes)."""
-    return tokens * model.moe.top_k * etp * imbalance
+def routed_rows(model: ModelSpec, tokens: float, etp: int, routing: MoERouting = BALANCED) -> float:
+    """Rows the busiest GPU's grouped GEMMs see for `tokens` tokens of the layer input on each rank:
+    each token goes to top_k experts and the ETP all-gather brings etp ranks' rows (see
+    moe_routed_bytes), routing.share times the mean on the busiest rank. Padded to capacity, every one
+    of the ep x etp source ranks sends each of the GPU's E / ep experts exactly C = ceil(tokens top_k /
+    E x c) rows, E etp C in all, whatever the routing [megatron-core 0.19.2 moe/moe_utils.py:
+    get_capacity; token_dispatcher.py: MoEAlltoAllTokenDispatcher.preprocess, drop_and_pad:
+    num_tokens_per_local_expert = capacity x tp_size x ep_size]. With etp = 1, also the rows one rank
+    sends (padded) or the busiest receives over the all-to-all."""
+    e = model.moe
+    if routing.pad:
+        return e.num_experts * etp * math.ceil(tokens * e.top_k / e.num_experts * routing.capacity_factor)
+    return tokens * e.top_k * etp * routing.share
 
 
 def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
@@ -621,7 +632,7 @@ def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
 
 
 def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False,
-                     imbalance: float = 1.0, quant_bytes: float = 1.0) -> float:
+                     routing: MoERouting = BALANCED, quant_bytes: float = 1.0) -> float:
     """Bytes the routed experts of one MoE layer keep for backward on one GPU that holds `tokens`
     tokens of the layer input (b s / (cp tp): sequence parallelism is required with tp > 1).
 
@@ -632,9 +643,9 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     FC1 keeps its input (R h, BF16 or 1 B under FP8), the SwiGLU its input (R 2 f_e / etp), FC2 its
     input (R f_e / etp) [megatron/core/transformer/moe/experts.py: TEGroupedMLP.forward, the probs
     applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert.
-    imbalance: the busiest rank receives that many times the mean rows (TrainingSpec.moe_imbalance)."""
+    routing: how the rows fall on the busiest rank (TrainingSpec.moe_routing: imbalance, capacity)."""
     e = model.moe
-    rows, fe = routed_rows(model, tokens, etp, imbalance), e.expert_ffn_hidden_size / etp
+    rows, fe = routed_rows(model, tokens, etp, routing), e.expert_ffn_hidden_size / etp
     act_b = quant_bytes if fp8_inputs else 2
     return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
             + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)
@@ -1120,7 +1131,7 @@ def stage_activation_items(
     m = num_microbatches(training, layout)
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
               fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
-              etp=layout.expert_tp, moe_imbalance=training.moe_imbalance,
+              etp=layout.expert_tp, moe_routing=training.moe_routing,
               recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training))
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_layers_on(model, training, layout, stage)

@@ -150,10 +150,17 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
     Megatron's default rank order)."""
     ep, etp = lay.ep, lay.expert_tp
     if model.moe is None:
-        return [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher / ep_overlap need a Mixture-of-Experts model; "
-                f"{model.name} is dense"] \
+        bad = [f"ep({ep}) / etp({lay.etp}) / moe_dispatcher / ep_overlap need a Mixture-of-Experts model; "
+               f"{model.name} is dense"] \
             if ep > 1 or lay.etp is not None or lay.moe_dispatcher != "alltoall" or lay.ep_overlap else []
+        if training.moe_capacity_factor is not None:
+            bad.append(f"moe_capacity_factor needs a Mixture-of-Experts model; {model.name} is dense")
+        return bad
     e, bad = model.moe, []
+    if training.moe_pad_to_capacity and lay.moe_dispatcher == "deepep":
+        # megatron-core 0.19.2 transformer_config.py: TransformerConfig.__post_init__
+        bad.append("moe_pad_to_capacity does not run with the deepep dispatcher (Megatron's flex dispatcher with "
+                   "the DeepEP backend does not pad)")
     if (e.layer_step > 1 and lay.vpp > 1 and lay.pipeline_layers is None
             and (lay.first_stage_layers is not None or lay.last_stage_layers is not None)):
         bad.append(f"layer_step({e.layer_step}) with interleaving and uneven first/last stages: give pipeline_layers "
@@ -1040,7 +1047,8 @@ def build_space(
                 et = tp if t is None else t
                 if not _allowed("etp", et, constraints):
                     continue
-                ds = [d for d in dispatchers if d == "alltoall" or (d == "deepep" and e > 1 and et == 1)
+                ds = [d for d in dispatchers if d == "alltoall"
+                      or (d == "deepep" and e > 1 and et == 1 and not training.moe_pad_to_capacity)
                       or (d == "allgather" and e * et > 1)] or ["alltoall"]
                 ovs = overlap_options if e > 1 else [False]
                 out += [(e, t, d, o) for d in ds for o in ovs if not (o and d == "allgather")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal
@@ -28,6 +29,8 @@ __all__ = [
     "ScaleOut",
     "HostSpec",
     "PredictionError",
+    "MoERouting",
+    "BALANCED",
     "MoESpec",
     "MLASpec",
     "Calibration",
@@ -809,6 +812,27 @@ class ClusterSpec(_Spec):
         return None if self.host is None else (self.host.memory - self.host.reserve) / self.gpus_per_node
 
 
+@dataclass(frozen=True)
+class MoERouting:
+    """How an MoE layer's routed tokens fall on the busiest expert-parallel rank (TrainingSpec.moe_routing):
+    its share of the mean (imbalance), capped per source rank and expert at the capacity factor where
+    tokens are dropped, or exactly the capacity where inputs are padded to it."""
+
+    imbalance: float = 1.0
+    capacity_factor: float | None = None
+    pad: bool = False
+
+    @property
+    def share(self) -> float:
+        """The busiest rank's routed rows over the balanced mean, without padding: the imbalance,
+        at most the capacity factor (each source rank sends an expert at most its capacity)."""
+        return self.imbalance if self.capacity_factor is None else min(self.imbalance, self.capacity_factor)
+
+
+BALANCED = MoERouting()
+"""Dropless routing with the tokens balanced over the experts, as NVIDIA's benchmarks force it."""
+
+
 class TrainingSpec(_Spec):
     """The workload: batch, sequence, precision and optimizer."""
 
@@ -901,6 +925,18 @@ class TrainingSpec(_Spec):
     """MoE only: routed tokens on the busiest expert-parallel rank over the mean. 1 = balanced, as
     NVIDIA's benchmarks force it (--moe-router-force-load-balancing); the busiest rank's grouped
     GEMMs, receive buffers and all-to-all set each layer's pace, so all three scale with it."""
+    moe_capacity_factor: _real(gt=0, le=64) | None = None
+    """MoE only: Megatron's --moe-expert-capacity-factor c (token dropping). Each rank lets each expert
+    take at most ceil(N top_k / E x c) of its N tokens' assignments and drops the rest, the lowest
+    probabilities first (--moe-token-drop-policy probs, the default) [megatron-core 0.19.2
+    transformer/moe/moe_utils.py: get_capacity, apply_router_token_dropping; router.py:
+    TopKRouter.routing]. None: dropless, Megatron's default. A training choice (it changes what the
+    model learns), so it is the user's to set, never searched."""
+    moe_pad_to_capacity: bool = False
+    """MoE only, with moe_capacity_factor: Megatron's --moe-pad-expert-input-to-capacity. Every rank
+    sends each expert exactly its capacity rows, padded, and every expert computes them, whatever
+    the routing [token_dispatcher.py: MoEAlltoAllTokenDispatcher.preprocess and
+    MoEFlexTokenDispatcher's drop_and_pad]."""
     token_budget: _real(gt=0, le=1e18) | None = None
     """Tokens to train on, for time-to-train (optional)."""
     loss_chunks: _count(64) = 1
@@ -958,6 +994,10 @@ class TrainingSpec(_Spec):
             if self.attention != "flash":
                 raise ValueError("document_tokens: needs attention='flash' (an eager kernel computes the whole score "
                                  "matrix, masked or not)")
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            # megatron-core 0.19.2 transformer_config.py: TransformerConfig.__post_init__
+            raise ValueError("moe_pad_to_capacity: needs moe_capacity_factor (Megatron pads each expert's input to "
+                             "its capacity)")
         if self.bf16_first_layers or self.bf16_last_layers:  # no effect without a recipe, as in Megatron
             field = "bf16_first_layers" if self.bf16_first_layers else "bf16_last_layers"
             if self.fp8 not in (None, "tensorwise", "blockwise", "mxfp8", "nvfp4"):
@@ -966,6 +1006,11 @@ class TrainingSpec(_Spec):
                 raise ValueError(f"{field}: BF16 first/last layers need a Transformer Engine recipe other than "
                                  f"delayed (tensorwise, blockwise, mxfp8, nvfp4), got fp8={self.fp8!r}")
         return self
+
+    @property
+    def moe_routing(self) -> MoERouting:
+        """How the routed tokens fall on the busiest expert rank (MoERouting)."""
+        return MoERouting(self.moe_imbalance, self.moe_capacity_factor, self.moe_pad_to_capacity)
 
     @property
     def bf16_end_layers(self) -> tuple[int, int]:

@@ -379,7 +379,7 @@ def test_megatron_arguments_carry_the_expert_layout():
     """An MoE run's printed expert grid and dispatcher become the layout it is priced with (Mixtral-8x7B has
     the fixture's 32 layers of 4096): EP 4, ETP from the run (else TP, Megatron's default), the flex
     dispatcher with DeepEP or HybridEP as 'deepep', the all-gather one where none is printed (Megatron's
-    default), the combined 1F1B overlap; experts that differ from the model's, token dropping and a dense
+    default), the combined 1F1B overlap, token dropping; experts that differ from the model's and a dense
     model given an MoE run are refused in one line."""
     m = read_log(LOGS / "megatron_llama3_8b.log")
     mix = planner.load_model("mixtral-8x7b")
@@ -393,10 +393,16 @@ def test_megatron_arguments_carry_the_expert_layout():
     assert (lay.ep, lay.expert_tp, lay.moe_dispatcher, lay.ep_overlap) == (4, 1, "deepep", True)
     no_flag = {k: v for k, v in moe.items() if k != "moe_token_dispatcher_type"}  # Megatron's default, all-gather
     assert megatron_setup(no_flag, mix, m.source)[1].moe_dispatcher == "allgather"
+    # token dropping is the run's workload: dropless where None (or negative, Megatron's none), else the factor
+    # and whether inputs were padded to it
+    for printed, want in (({}, (None, False)), ({"moe_expert_capacity_factor": "-1.0"}, (None, False)),
+                          ({"moe_expert_capacity_factor": "1.25"}, (1.25, False)),
+                          ({"moe_expert_capacity_factor": "1.0", "moe_pad_expert_input_to_capacity": "True"}, (1.0, True))):
+        t = megatron_setup(dict(moe, **printed), mix, m.source)[0]
+        assert (t.moe_capacity_factor, t.moe_pad_to_capacity) == want
     for bad, rule in (({"num_experts": "16"}, "the run has num_experts = 16, the model mixtral-8x7b has 8"),
                       ({"moe_router_topk": "1"}, "moe_router_topk = 1"),
                       ({"moe_token_dispatcher_type": "alltoall_seq"}, "'alltoall_seq' is not priced"),
-                      ({"moe_expert_capacity_factor": "1.0"}, "token dropping"),
                       ({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "ncclep"}, "'ncclep' is not priced")):
         with pytest.raises(LogError, match=rule):
             megatron_setup(dict(moe, **bad), mix, m.source)

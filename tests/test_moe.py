@@ -12,7 +12,7 @@ import planner
 from planner.catalog import model_from_hf_config
 from planner.cli import main
 from planner.errors import ConfigImportError, PlannerError
-from planner.specs import Layout, ModelSpec, MoESpec, TrainingSpec
+from planner.specs import Layout, ModelSpec, MoERouting, MoESpec, TrainingSpec
 
 # (catalog id, published total, published active, digits the publisher rounds to)
 PUBLISHED = [
@@ -470,10 +470,66 @@ def test_load_imbalance_scales_the_busiest_rank():
     assert got.gemm == pytest.approx((2 * n * h * E + 1.5 * 2 * n * k * 3 * h * fe) / 989e12)
     group = placement(c, (16, 1))
     assert got.ep == pytest.approx(2 * (alltoall_time(c, group, 1.5 * 2 * n * k * h) + alltoall_time(c, group, 1.5 * 4 * n * k)))
-    assert moe_routed_bytes(m, n, 1, imbalance=1.5) - moe_routed_bytes(m, n, 1) == pytest.approx(
+    assert moe_routed_bytes(m, n, 1, routing=MoERouting(1.5)) - moe_routed_bytes(m, n, 1) == pytest.approx(
         0.5 * (moe_routed_bytes(m, n, 1) - 8 * n * E))
     with pytest.raises(planner.SpecError, match="moe_imbalance"):
         TrainingSpec(global_batch_size=64, seq_length=4096, moe_imbalance=0.9)
+
+
+def test_capacity_factor_caps_and_padding_fixes_the_routed_rows():
+    """Megatron's token dropping on Qwen3-30B-A3B (h 2048, 128 experts, top 8, f_e 768), 4,096 tokens a GPU
+    at ep 16 over two DGX H100. Capacity per source rank and expert: ceil(4096 x 8 / 128 x c) (moe_utils.
+    get_capacity). Padded at c = 1.1: ceil(281.6) = 282 rows from each rank to each expert, so each GPU's 8
+    experts compute 8 x 16 x 282 = 128 x 282 = 36,096 rows (dropless: 32,768), and each rank sends 36,096
+    rows (num_out_tokens = capacity x num_experts). Dropping without padding caps the busiest rank at c
+    times the mean: at imbalance 1.5, c = 1.25 leaves 40,960 rows, c = 2 leaves the 49,152 the imbalance
+    gives. Saved bytes (BF16): router 8 x 4096 x 128, FC1 input 2 R h, SwiGLU input 2 R 2 f_e, FC2 input
+    2 R f_e: at R = 36,096, 4,194,304 + 147,849,216 + 110,886,912 + 55,443,456 = 318,373,888 B."""
+    from planner.comm import alltoall_time
+    from planner.cost import moe_time
+    from planner.memory import moe_routed_bytes, routed_rows
+    from planner.topology import placement
+
+    m = planner.load_model("qwen3-30b-a3b")
+    n = 4096
+    assert routed_rows(m, n, 1, MoERouting(capacity_factor=1.1, pad=True)) == 36_096
+    assert routed_rows(m, n / 2, 2, MoERouting(capacity_factor=1.1, pad=True)) == 128 * 2 * 141  # tp = etp 2: ceil(140.8)
+    assert routed_rows(m, n, 1, MoERouting(1.5, 1.25)) == 40_960
+    assert routed_rows(m, n, 1, MoERouting(1.5, 2.0)) == 49_152
+    assert routed_rows(m, n, 1, MoERouting(capacity_factor=1.0)) == 32_768  # balanced: nothing to drop
+    assert moe_routed_bytes(m, n, 1, routing=MoERouting(capacity_factor=1.1, pad=True)) == 318_373_888
+    c = planner.load_cluster("dgx-h100", nodes=2)
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    c = c.model_copy(update={"calibration": flat})
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, moe_capacity_factor=1.1, moe_pad_to_capacity=True)
+    got = moe_time(m, c, t, tp=1, cp=1, b=1, ep=16, etp=1)
+    assert got.gemm == pytest.approx((2 * n * 2048 * 128 + 2 * 36_096 * 3 * 2048 * 768) / 989e12)
+    group = placement(c, (16, 1))
+    assert got.ep == pytest.approx(2 * (alltoall_time(c, group, 2 * 36_096 * 2048) + alltoall_time(c, group, 4 * 36_096)))
+    # permutations: the 36,096 padded rows out and the same sorted over the 8 local experts, each undone in
+    # combine, read and written in BF16 (4 B an element), at the cluster's HBM speed
+    hbm = c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency
+    assert got.memory == pytest.approx(4 * 2 * (36_096 + 36_096) * 2048 / hbm)
+    # the step prices it: padding costs time, dropping under balanced routing does not
+    mc, lay = planner.load_cluster("dgx-h100", nodes=2), Layout(pp=2, dp=8, ep=8, zero_stage=1, recompute="full")
+    base = TrainingSpec(global_batch_size=64, seq_length=4096)
+    dropless = planner.evaluate(m, mc, base, lay).step_time_s
+    dropped = planner.evaluate(m, mc, base.model_copy(update={"moe_capacity_factor": 1.25}), lay).step_time_s
+    padded = planner.evaluate(m, mc, base.model_copy(update={"moe_capacity_factor": 1.25, "moe_pad_to_capacity": True}),
+                              lay).step_time_s
+    assert dropped == dropless < padded
+    with pytest.raises(planner.SpecError, match="'moe_pad_to_capacity': needs moe_capacity_factor"):
+        TrainingSpec(global_batch_size=64, seq_length=4096, moe_pad_to_capacity=True)
+    with pytest.raises(planner.PlannerError, match="moe_pad_to_capacity does not run with the deepep dispatcher"):
+        planner.evaluate(m, mc, base.model_copy(update={"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True}),
+                         lay.model_copy(update={"etp": 1, "moe_dispatcher": "deepep"}))
+    with pytest.raises(planner.PlannerError, match="moe_capacity_factor needs a Mixture-of-Experts model"):
+        planner.evaluate(planner.load_model("llama3-8b"), mc, base.model_copy(update={"moe_capacity_factor": 1.0}),
+                         Layout(dp=16, zero_stage=1))
+    # offered DeepEP, a padded search keeps Megatron's all-to-all (DeepEP does not pad)
+    pick = planner.plan(m, mc, base.model_copy(update={"moe_capacity_factor": 1.0, "moe_pad_to_capacity": True}),
+                        top_k=1, structural=False, moe_dispatcher=["alltoall", "deepep"]).best
+    assert pick.layout.moe_dispatcher == "alltoall"
 
 
 def test_deepep_sends_a_token_once_per_remote_node():

@@ -538,6 +538,26 @@ def test_megatron_builds_the_allgather_dispatcher(megatron_path):
     assert (r.details["moe_token_dispatcher_type"], r.details["ep"]) == ("allgather", 2)
 
 
+@pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
+def test_megatron_builds_token_dropping_padded_to_capacity(megatron_path, dispatcher):
+    """Qwen3-30B-A3B at ep 2 dropping tokens at capacity factor 1.1, padded: the flags pass validate_args and
+    TransformerConfig carries the factor and the padding the router and dispatcher read (the rows the plan
+    priced: memory.routed_rows)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron
+
+    p = planner.evaluate(planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=1),
+                         TrainingSpec(global_batch_size=64, seq_length=4096, moe_capacity_factor=1.1,
+                                      moe_pad_to_capacity=True),
+                         Layout(pp=4, dp=2, ep=2, zero_stage=1, recompute="full", moe_dispatcher=dispatcher))
+    args = p.to_megatron().args
+    assert args[args.index("--moe-expert-capacity-factor") + 1] == "1.1" and "--moe-pad-expert-input-to-capacity" in args
+    r = check_megatron([megatron_payload(args, p.num_gpus, p.to_megatron().env, 9)])[0]
+    assert r.ok, r.line()
+    assert (r.details["moe_expert_capacity_factor"], r.details["moe_pad_expert_input_to_capacity"]) == (1.1, True)
+    assert r.details["moe_token_dispatcher_type"] == dispatcher
+
+
 @pytest.mark.parametrize("split", [None, (17, 15)])
 def test_megatron_builds_the_mtp_depth_on_the_last_rank(megatron_path, split):
     """A dense model with one MTP depth at pp 2, with Megatron's even split and with an explicit layout:

@@ -149,6 +149,9 @@ def _validate(p: dict) -> dict:
                "moe_router_num_groups": getattr(cfg, "moe_router_num_groups", None),
                "mtp_num_layers": getattr(cfg, "mtp_num_layers", None), "mtp_ranks": mtp_ranks,
                "moe_token_dispatcher_type": getattr(cfg, "moe_token_dispatcher_type", None),
+               # token dropping as the router and dispatcher read it (moe_utils.get_capacity)
+               "moe_expert_capacity_factor": getattr(cfg, "moe_expert_capacity_factor", None),
+               "moe_pad_expert_input_to_capacity": bool(getattr(cfg, "moe_pad_expert_input_to_capacity", False)),
                "moe_router_group_topk": getattr(cfg, "moe_router_group_topk", None),
                "moe_shared_expert_intermediate_size": getattr(cfg, "moe_shared_expert_intermediate_size", None),
                # Adam state dtypes as validate_args mapped them (OptimizerConfig reads the same args)

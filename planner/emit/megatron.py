@@ -80,9 +80,9 @@ def megatron_args(plan: Plan) -> list[str]:
         e = m.moe
         if e.first_dense_layers or e.layer_step > 1:  # Megatron evaluates the string into a per-layer 0/1 list
             a += ["--moe-layer-freq", moe_layer_pattern(m)]
-        # priced as planner.cost.moe_time prices it: the all-to-all or DeepEP dispatcher, dropless (Megatron's
-        # default capacity None), TE grouped GEMMs over the local experts; the auxiliary loss only
-        # nudges the router toward the balance the cost model assumes
+        # priced as planner.cost.moe_time prices it: the all-to-all, all-gather or DeepEP dispatcher, dropless
+        # (Megatron's default capacity None) unless the workload drops tokens, TE grouped GEMMs over the local
+        # experts; the auxiliary loss only nudges the router toward the balance the cost model assumes
         a += ["--num-experts", str(e.num_experts), "--moe-router-topk", str(e.top_k),
               "--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size), "--moe-grouped-gemm",
               *(["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
@@ -101,6 +101,10 @@ def megatron_args(plan: Plan) -> list[str]:
             a += ["--moe-shared-expert-intermediate-size", str(e.shared_expert_ffn_hidden_size)]
             if e.shared_expert_gate:  # its 1 x h weight per layer is in ModelSpec.moe_layer_params
                 a += ["--moe-shared-expert-gate"]
+        if t.moe_capacity_factor is not None:  # token dropping: the rows memory.routed_rows prices
+            a += ["--moe-expert-capacity-factor", str(float(t.moe_capacity_factor)), "--moe-token-drop-policy", "probs"]
+            if t.moe_pad_to_capacity:
+                a += ["--moe-pad-expert-input-to-capacity"]
         if lay.ep_overlap:  # the combined 1F1B schedule, priced by planner.cost.ep_overlap_exposed
             a += ["--overlap-moe-expert-parallel-comm"]
     if m.mtp_layers:  # on the last rank (Megatron's place without a layout; the layout string puts 'm' there),
