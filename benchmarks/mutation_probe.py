@@ -365,8 +365,8 @@ MUTANTS = [
     ("planner/torchtitan_engine.py", "(2 if pp > 1 else 0)", "0", "the last stage's held logits free"),
     ("planner/memory.py", "inputs = 2 * s_loc * b * h / sp_div + 2 * s_loc * b * h\n",
      "inputs = 4 * s_loc * b * h / sp_div\n", "torchtitan's output-layer input saved as the shard"),
-    ("planner/space.py", "if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):",
-     "if False:", "MoE ZeRO-2/3 allowed on engines that do not shard experts so"),
+    ("planner/space.py", "if lay.zero_stage > 1 and uses_deepspeed(training):",
+     "if False:", "MoE ZeRO-2/3 allowed on DeepSpeed, which does not shard experts so"),
     ("planner/cost.py", "        if stage == p - 1 and model.mtp_layers:\n            offsets =",
      "        if False:\n            offsets =", "MTP depths free in time"),
     ("planner/cost.py", "kind = lt if model.mtp_layer_is_moe or model.moe is None else",
@@ -392,6 +392,18 @@ MUTANTS = [
      "        group = placement(cluster, (ep, 1))\n        gathered = n * ep", "all-gather dispatcher gathers over EP only"),
     ("planner/pipeline_layout.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
      "MTP depth left out of the layout string"),
+    ("planner/cost.py", "probs = 0.0 if uses_torchtitan(training) else alltoall_time(cluster, group, 4 * routed)",
+     "probs = alltoall_time(cluster, group, 4 * routed)", "torchtitan MoE: all-to-all sends probabilities"),
+    ("planner/cost.py", "for (shard, g), grp in zip(pairs, groups):", "for (shard, g), grp in zip(pairs[:1], groups[:1]):",
+     "torchtitan MoE: FSDP2 never gathers experts"),
+    ("planner/space.py", '    if lay.expert_tp != 1:\n        bad.append(f"torchtitan does not shard',
+     '    if False:\n        bad.append(f"torchtitan does not shard', "torchtitan MoE: experts TP-sharded beside EP"),
+    ("planner/torchtitan_engine.py", "if e is None or not model.qk_norm or", "if e is None or",
+     "torchtitan MoE: builds a model without Q/K norms"),
+    ("planner/emit/torchtitan.py", '        d["expert_parallel_degree"] = lay.ep', "        pass",
+     "torchtitan MoE: EP degree not emitted"),
+    ("planner/explain.py", "lines += _experts(model, cluster, b.training, b)", "lines += _experts(model, cluster, training, b)",
+     "torchtitan MoE: explain prices EP on Megatron's engine"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
@@ -408,6 +420,7 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
     ("qwen2.5-72b", "hgx-h200", 16, 512, 8192, "torchtitan"),
     ("mixtral-8x7b", "dgx-h100", 2, 64, 4096, "megatron", {"pp": 1}),  # Megatron-FSDP shards the experts
     ("deepseek-v3", "dgx-h100", 32, 512, 4096, "megatron", {"pp": 1}),
+    ("qwen3-30b-a3b", "dgx-h100", 2, 64, 4096, "torchtitan"),
 ]
 
 RECOMMEND = """
@@ -432,7 +445,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
-                                       "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py")
+                                       "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
+                                       "tests/test_torchtitan_moe.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -473,6 +473,11 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     (reduce_scatter_to_sequence_parallel_region, hidden_states.to(local_probs.dtype))]; ASSUMPTION:
     the router's probabilities are FP32 (moe_router_dtype fp32, the perf recipes'); the gathered
     tokens sit in Megatron's global buffer, one layer at a time, and are not held for backward.
+    torchtitan (0.3, its standard dispatcher, etp 1): the same dropless all-to-all of the routed BF16 rows,
+    without the probabilities [torchtitan 0.3 models/common/token_dispatcher.py: AllToAllTokenDispatcher.
+    dispatch, combine]; ASSUMPTION: its grouped GEMMs (torch._grouped_mm) at the same efficiency, its
+    reorders at the same HBM traffic, and neither engine's count exchange (an all-to-all of E counts and
+    the host sync on it before the data's all-to-all) priced.
     """
     e, h, s = model.moe, model.hidden_size, training.seq_length
     fp8 = gemm_format(training)
@@ -508,7 +513,10 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
             ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * routing.share, 2 * h, e.top_k,
                                                 e.num_experts, e.router_groups, e.router_group_topk)
         else:
-            ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + alltoall_time(cluster, group, 4 * routed))
+            # Megatron sends the FP32 probabilities beside the tokens; torchtitan keeps them on the source
+            # rank and weighs the outputs there after combine (AllToAllTokenDispatcher.combine)
+            probs = 0.0 if uses_torchtitan(training) else alltoall_time(cluster, group, 4 * routed)
+            ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + probs)
     if etp > 1:
         group = placement(cluster, (etp, 1))
         ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)
@@ -1300,9 +1308,14 @@ def _stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         if deepspeed:  # stage 3 reduces in reduce_bucket_size buckets [stage3.py: __reduce_and_partition_ipg_grads]
             rs, rs_out = _bucket_times(cluster, group, "reducescatter", sh.params, grad_b, REDUCE_BUCKET_ELEMENTS,
                                        window)[1], 0.0
-        else:  # torchtitan's FSDP2
-            _, rs, rs_out = units.times(cluster, group, "reducescatter", grad_b)
-        _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
+            _, ag, out = units.times(cluster, group, "allgather", gather / sh.params)
+        else:  # torchtitan's FSDP2: a block's routed experts are gathered and reduced over efsdp, apart from
+            # its other parameters (apply_fsdp_to_decoder's shard_placement_fn: a mesh per parameter)
+            ag = rs = out = rs_out = 0.0
+            for (shard, g), grp in zip(pairs, groups):
+                _, r, r_out = units_of(shard).times(cluster, grp, "reducescatter", grad_b)
+                _, a, o = units_of(shard).times(cluster, grp, "allgather", g / shard.params)
+                ag, rs, out, rs_out = ag + a, rs + r, out + o, rs_out + r_out
         chunked = uses_torchtitan(training) and training.loss_chunks > 1
         if uses_torchtitan(training) and layout.pp > 1:
             # FSDP2 under torchtitan's pipeline gathers once, prefetched beside the first forward, and

@@ -16,6 +16,7 @@ from planner.plans import evaluate
 from planner.search import plan
 from planner.space import check_precision, default_fp8_recipe, framework_training, offloaded
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from planner.torchtitan_engine import uses_torchtitan
 from planner.topology import placement
 
 __all__ = ["explain", "explain_with_status"]
@@ -24,8 +25,11 @@ GB, GiB = 1e9, 2.0**30
 
 
 def _sensitivity(label, model, cluster, training, base, framework, time_limit_s, constraints) -> str:
-    r = plan(model, cluster, training, top_k=1, structural=False, framework=framework,
-             time_limit_s=time_limit_s, **constraints)
+    try:
+        r = plan(model, cluster, training, top_k=1, structural=False, framework=framework,
+                 time_limit_s=time_limit_s, **constraints)
+    except PlannerError as err:  # the target does not run this workload as priced
+        return f"{label}: {err}"
     if r.best is None:
         return f"{label}: nothing fits"
     b = r.best
@@ -96,7 +100,7 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
         out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
                    f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
                    "alltoall,deepep if the cluster has the deep_ep package.")
-    if lay.ep > 1:
+    if lay.ep > 1 and not uses_torchtitan(training):  # torchtitan's all-to-all has no such schedule
         name = "Megatron's EP overlap (--overlap-moe-expert-parallel-comm: one micro-batch's all-to-alls beside another's compute)"
         try:
             p = evaluate(model, cluster, training, lay.model_copy(update={"ep_overlap": not lay.ep_overlap}))
@@ -181,7 +185,7 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                  f"{i95.lo:.2f}-{i95.hi:.2f} s (95 %), from {e.basis}; out-of-memory risk {b.oom_risk:.1%} "
                  f"(peak {b.peak_memory_bytes / GiB:.1f} of {b.memory.capacity / GiB:.1f} GiB).")
     if model.moe is not None:
-        lines += _experts(model, cluster, training, b)
+        lines += _experts(model, cluster, b.training, b)  # the engine the plan is priced on
     pipe = b.time.pipeline
     if lay.pp > 1:
         lines.append(f"Pipeline: {lay.pp} stages x {lay.vpp} virtual, {pipe.num_microbatches} micro-batches: the bubble "

@@ -13,7 +13,7 @@ from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
 from planner.memory import dense_layers_on, stage_layers
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
-from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, uses_torchtitan
+from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, unbuilt_features, uses_torchtitan
 from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
 from planner.torchtitan_engine import LOSS_CHUNKS as TORCHTITAN_LOSS_CHUNKS
 from planner.torchtitan_engine import stage_split as torchtitan_stage_split
@@ -107,7 +107,7 @@ def layout_problems(
         bad.append("tp_comm_overlap needs sequence_parallel with tp > 1 (Megatron validate_args)")
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
-    bad += _expert_problems(model, training, lay)
+    bad += _expert_problems(model, training, lay, zero_rules)
     if training.optimizer_offload and lay.zero_stage not in offload_zero_stages(training) and zero_rules:
         bad.append(f"optimizer_offload needs {_offload_optimizer(training)}, got zero_stage {lay.zero_stage}")
     if training.optimizer_offload and uses_torchtitan(training) and pp > 1:
@@ -142,7 +142,7 @@ def layout_problems(
     return bad
 
 
-def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
+def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout, zero_rules: bool = True) -> list[str]:
     """Expert-parallel rules: Megatron's (megatron-core 0.19.2 arguments.py validate_args: experts
     divisible by EP; parallel_state.initialize_model_parallel: the expert grid etp x ep x edp divides
     each stage's tp x cp x dp GPUs; moe_layer.MoELayer.forward: TP needs sequence parallelism in
@@ -177,9 +177,11 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
         bad.append(f"shared_expert_ffn_hidden_size({e.shared_expert_ffn_hidden_size}) % tp({lay.tp}) != 0")
     if lay.tp > 1 and not lay.sequence_parallel:
         bad.append(f"MoE with tp({lay.tp}) > 1 needs sequence_parallel (megatron-core MoELayer.forward)")
-    if lay.zero_stage > 1 and (uses_deepspeed(training) or uses_torchtitan(training)):
+    if lay.zero_stage > 1 and uses_deepspeed(training):
         bad.append(f"zero_stage({lay.zero_stage}) with experts is priced as Megatron-FSDP shards them (each "
                    f"layer's experts over the expert-data-parallel group), not {training.optimizer_impl}'s")
+    if uses_torchtitan(training):
+        bad += _torchtitan_expert_problems(training, lay, zero_rules)
     if lay.tp_comm_overlap:
         bad.append("tp_comm_overlap with MoE layers is not priced")
     if lay.moe_dispatcher == "deepep" and (ep == 1 or etp != 1):
@@ -197,6 +199,32 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
             bad.append(f"ep_overlap runs at most one MTP depth (mtp_layers {model.mtp_layers})")
         if lay.moe_dispatcher == "allgather":
             bad.append("ep_overlap runs with the alltoall or deepep dispatcher, not allgather")
+    return bad
+
+
+def _torchtitan_expert_problems(training: TrainingSpec, lay: Layout, zero_rules: bool = True) -> list[str]:
+    """What torchtitan 0.3 runs for an MoE model, as the planner prices it. Its sparse mesh puts the
+    routed experts on efsdp x ep, EP borrowing ranks from dp_shard x cp x tp, so experts are never
+    TP-sharded beside EP [torchtitan 0.3 config/configs.py: ParallelismConfig.expert_parallel_degree;
+    distributed/parallel_dims.py: ParallelDims.build_mesh, efsdp = dp_shard cp tp / ep]; FSDP2 shards
+    them over efsdp in the block's unit [distributed/fsdp.py: apply_fsdp_to_decoder]; the standard
+    dispatcher is dropless, all-to-all [models/common/token_dispatcher.py: AllToAllTokenDispatcher]."""
+    bad = []
+    if lay.zero_stage != 3 and zero_rules:  # build_space offers it zero_stage 3 alone
+        bad.append(f"torchtitan's MoE is priced with FSDP2 sharding (zero_stage 3), got zero_stage {lay.zero_stage}")
+    if lay.expert_tp != 1:
+        bad.append(f"torchtitan does not shard experts over TP beside EP (etp 1), got etp {lay.expert_tp}")
+    if lay.tp > 1 and lay.ep == 1:
+        bad.append(f"torchtitan with tp({lay.tp}) > 1 and ep 1 shards experts over TP, which is not priced; "
+                   "give ep > 1")
+    if lay.moe_dispatcher != "alltoall" or lay.ep_overlap:
+        bad.append("torchtitan is priced with its standard all-to-all dispatcher, without EP overlap")
+    if training.moe_capacity_factor is not None:
+        bad.append("torchtitan's standard dispatcher is dropless (moe_capacity_factor is Megatron's)")
+    if training.fp8 is not None:
+        bad.append("torchtitan's float8 for routed experts (torchao's grouped-GEMM converter) is not priced")
+    if training.optimizer_offload:
+        bad.append("FSDP2's CPU offload with experts is not priced")
     return bad
 
 
@@ -939,8 +967,13 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as "
                            f"{' or '.join(repr(r) for r in TORCHTITAN_FP8_RECIPES)}, not '{training.fp8}' (use "
                            f"fp8='rowwise', or framework='megatron' for Transformer Engine's recipes)")
-    if model.megatron_only and framework in MEGATRON_ONLY_REFUSED_BY:
-        raise PlannerError(f"model: {', '.join(model.megatron_only)} emitted for Megatron only so far; framework "
+    if framework == "torchtitan" and model.moe is not None and (training.fp8 is not None or training.optimizer_offload):
+        what = "training.fp8: float8 routed experts (torchao's grouped-GEMM converter)" if training.fp8 is not None \
+            else "training.optimizer_offload: FSDP2's CPU offload with experts"
+        raise PlannerError(f"{what} on torchtitan is not priced (use framework='megatron' or 'any')")
+    unbuilt = unbuilt_features(model) if framework == "torchtitan" else model.megatron_only
+    if unbuilt and framework in MEGATRON_ONLY_REFUSED_BY:
+        raise PlannerError(f"model: {', '.join(unbuilt)} emitted for Megatron only so far; framework "
                            f"'{framework}' would build another model (use framework='megatron' or 'any')")
     if training.cross_entropy == "unfused" and framework not in (None, "any", "megatron"):
         raise PlannerError(f"training.cross_entropy: 'unfused' is megatron-core's loss without "
@@ -1040,9 +1073,12 @@ def build_space(
         the combined 1F1B on or off with ep > 1."""
         if not moe:
             return [(1, None, "alltoall", False)]
-        etps = [None] + ([1] if tp > 1 else [])
+        titan = uses_torchtitan(training)  # experts on EP alone, all-to-all (_torchtitan_expert_problems)
+        etps = ([1] if tp > 1 else [None]) if titan else [None] + ([1] if tp > 1 else [])
         out = []
         for e in eps:
+            if titan and tp > 1 and e == 1:
+                continue
             for t in etps:
                 et = tp if t is None else t
                 if not _allowed("etp", et, constraints):
@@ -1097,7 +1133,9 @@ def build_space(
     keys = {(sh.pp, sh.vpp) for sh in shapes}
     modules = offered_recompute_modules(model, training, framework)
     recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes, modules) for k in keys}
-    zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints))
+    titan_moe = moe and uses_torchtitan(training)  # FSDP2 shards its experts (_torchtitan_expert_problems)
+    zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
+                       and (z == 3 or not titan_moe))
              for pp in {sh.pp for sh in shapes}}
     space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training,
                   engine_weights=uneven)

@@ -454,8 +454,9 @@ class ModelSpec(_Spec):
 
     @cached_property
     def megatron_only(self) -> tuple[str, ...]:
-        """This model's features that only the Megatron launch config builds (torchtitan's and
-        Megatron-DeepSpeed's configs as emitted would build another model), named with their fields."""
+        """This model's features that only the Megatron launch config builds (Megatron-DeepSpeed's configs
+        as emitted would build another model; torchtitan's builds the experts and Q/K norms of the Qwen3 MoE
+        models it registers, planner.torchtitan_engine.unbuilt_features), named with their fields."""
         return tuple(name for name, on in (
             ("experts (moe)", self.moe is not None), ("multi-latent attention (mla)", self.mla is not None),
             ("Q/K norms (qk_norm)", self.qk_norm), ("sliding-window attention (sliding_window)", self.sliding_window is not None),

@@ -77,9 +77,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.errors import SpecError
-from planner.specs import Layout, TrainingSpec, num_microbatches
+from planner.specs import Layout, ModelSpec, TrainingSpec, num_microbatches
 
-__all__ = ["MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
+__all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
            "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
            "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv",
@@ -92,6 +92,39 @@ whose parameters are fitted on llm-foundry MPT and torchtitan runs. The emitter 
 layout are predicted within +1.5 % / +3.4 % (Llama-3-8B on 8 / 128 H100), the eager ones 17.5 % /
 20.2 % too fast (torchtitan benchmarks/llama3_h100_202412_torchtitan.md: 5,762 -> 6,667 and
 5,605 -> 6,514 tokens/s/GPU with torch.compile)."""
+
+
+MOE_FLAVOURS = {
+    # (layers, hidden, heads, kv heads, head dim, vocab, experts, top-k, expert ffn): (module, config, flavour)
+    (48, 2048, 32, 4, 128, 151936, 128, 8, 768): ("qwen3", "qwen3_30b_a3b", "30B-A3B"),
+    (94, 4096, 64, 4, 128, 151936, 128, 8, 1536): ("qwen3", None, "235B-A22B"),
+}
+"""The MoE models torchtitan 0.3's registry builds as the planner prices them, by shape: Qwen3's MoE
+flavours (Q/K RMSNorm, softmax top-k routing renormalised, no shared experts, untied) [torchtitan 0.3
+models/qwen3/__init__.py: _30b_a3b, _235b_a22b; config_registry.py: qwen3_30b_a3b -- the 235B flavour
+has no config function of its own]. Other MoE shapes (DeepSeek-V3's MLA and shared experts, GPT-OSS's
+sinks and windows) are refused for torchtitan."""
+
+_TORCHTITAN_BUILT = ("experts (moe)", "Q/K norms (qk_norm)")
+
+
+def moe_flavour(model: ModelSpec) -> tuple[str, str | None, str] | None:
+    """(module, config function or None, flavour) of torchtitan's registry MoE model with this model's
+    shape (MOE_FLAVOURS), else None."""
+    e = model.moe
+    if e is None or not model.qk_norm or e.shared_expert_ffn_hidden_size or model.tied_embeddings:
+        return None
+    if e.first_dense_layers or e.layer_step > 1 or e.router_groups or model.linear_bias or model.activation != "swiglu":
+        return None
+    return MOE_FLAVOURS.get((model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads,
+                             model.head_dim, model.vocab_size, e.num_experts, e.top_k, e.expert_ffn_hidden_size))
+
+
+def unbuilt_features(model: ModelSpec) -> tuple[str, ...]:
+    """ModelSpec.megatron_only less what torchtitan's registry builds for the model (moe_flavour): the
+    features a torchtitan launch would drop."""
+    built = _TORCHTITAN_BUILT if moe_flavour(model) is not None else ()
+    return tuple(f for f in model.megatron_only if f not in built)
 
 
 def uses_torchtitan(training: TrainingSpec) -> bool:

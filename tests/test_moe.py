@@ -196,8 +196,8 @@ def test_expert_parallel_rules_name_the_broken_one():
     assert "is not a multiple of ep(8)*etp(4)" in problems(tp=2, dp=8, ep=8, etp=4, sequence_parallel=True)
     assert "needs sequence_parallel" in problems(tp=2, dp=8, ep=4)
     assert problems(ep=8, zero_stage=3) == ""  # Megatron-FSDP shards the experts over their own group
-    fsdp2 = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_impl="fsdp2")
-    assert "priced as Megatron-FSDP shards them" in " ".join(layout_problems(m, c, fsdp2, Layout(dp=16, ep=8, zero_stage=3)))
+    ds = TrainingSpec(global_batch_size=64, seq_length=4096, optimizer_impl="deepspeed")
+    assert "priced as Megatron-FSDP shards them" in " ".join(layout_problems(m, c, ds, Layout(dp=16, ep=8, zero_stage=3)))
     assert "tp-cp-dp-pp only" in problems(ep=8, pp=2, dp=8, rank_order="tp-cp-pp-dp")
     dense = planner.load_model("llama3-8b")
     assert "need a Mixture-of-Experts model" in " ".join(layout_problems(dense, c, t, Layout(dp=16, ep=2)))

@@ -79,6 +79,10 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
                                    + (f": {said[0]}" if said else ""))
             stage = "parallel_dims"
             dims = ParallelDims.from_config(cfg.parallelism, world_size)
+            efsdp = None
+            if dims.ep > 1:
+                stage = "mesh"
+                efsdp = _expert_mesh(dims)
             stage = "pipeline"
             stages, stage_layers = None, None
             if dims.pp > 1:
@@ -104,4 +108,37 @@ def validate(overrides: list[str], world_size: int, *, module: str = "llama3", c
     if cfg.model_spec is not None:
         fp8, hp = _float8_linears(cfg.model_spec.model)
         details["float8_linears"], details["high_precision_linears"] = len(fp8), hp
+        details |= _experts(cfg.model_spec.model)
+    details["ep"], details["efsdp"] = p.expert_parallel_degree, efsdp
     return CheckResult(True, "done", "", details)
+
+
+def _expert_mesh(dims) -> int:
+    """Build torchtitan's device meshes in a fake process group of the world's size (its own
+    ParallelDims.build_mesh: the sparse mesh efsdp x ep must cover dp_shard x cp x tp); the efsdp size."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("a process group is already initialised; the mesh check needs its own")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=dims.world_size)
+    try:
+        dims.build_mesh()
+        return dims.get_optional_mesh(["efsdp"]).size()
+    finally:
+        dist.destroy_process_group()
+
+
+def _experts(model_cfg) -> dict:
+    """The routed experts of a parsed model config, as the plan's model names them: MoE layers,
+    experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm)."""
+    layers = [layer for layer in getattr(model_cfg, "layers", []) if getattr(layer, "moe", None) is not None]
+    if not layers:
+        return {"moe_layers": 0}
+    moe, att = layers[0].moe, layers[0].attention
+    inner = moe.routed_experts.inner_experts
+    return {"moe_layers": len(layers), "num_layers": len(model_cfg.layers), "dim": model_cfg.dim,
+            "vocab_size": model_cfg.vocab_size, "num_experts": inner.num_experts, "top_k": moe.router.top_k,
+            "expert_hidden_dim": inner.hidden_dim, "shared_experts": getattr(moe, "shared_experts", None) is not None,
+            "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
+            "qk_norm": getattr(att, "qk_norm", None) is not None, "weight_tying": model_cfg.enable_weight_tying}

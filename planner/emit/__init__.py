@@ -82,13 +82,16 @@ def refuse_other_engine(plan, target: str) -> None:
 
 def refuse_megatron_only(plan, target: str) -> None:
     """Refuse a plan whose model or workload only the Megatron emitter turns on (experts, MLA, Q/K
-    norms, windows, sinks, biases, GPT-OSS's activation; FP8 linears, BF16 Adam states): another
-    target's config would drop it while the plan counts on it."""
+    norms, windows, sinks, biases, GPT-OSS's activation -- torchtitan builds the experts and Q/K norms of
+    the Qwen3 MoE models in its registry; FP8 linears, BF16 Adam states): another target's config would
+    drop it while the plan counts on it."""
     from planner.errors import PlannerError
+
+    from planner.torchtitan_engine import unbuilt_features
 
     refuse_unemitted(plan, target)
     t, m = plan.training, plan.model
-    features = m.megatron_only
+    features = unbuilt_features(m) if target == "torchtitan" else m.megatron_only
     if features:
         raise PlannerError(f"{target}: model {', '.join(features)} emitted for Megatron only; this config would build "
                            "another model (emit for Megatron)")

@@ -13,10 +13,10 @@ from planner.emit import LaunchFiles, refuse_megatron_only, refuse_other_engine,
 from planner.errors import PlannerError
 from planner.plans import Plan
 from planner.specs import Recompute
-from planner.torchtitan_engine import KERNELS, LOSS_CHUNKS, end_weights, layers_per_stage
+from planner.torchtitan_engine import KERNELS, LOSS_CHUNKS, end_weights, layers_per_stage, moe_flavour
 
 __all__ = ["torchtitan_overrides", "torchtitan_toml", "to_torchtitan", "torchtitan_config_name", "float8_job_module",
-           "JOB_MODULE", "TORCHTITAN_VERSION"]
+           "moe_job_module", "JOB_MODULE", "TORCHTITAN_VERSION"]
 
 TORCHTITAN_VERSION = "torchtitan 0.3.0"
 
@@ -49,6 +49,8 @@ def _check(plan: Plan) -> None:
                            "PP and reduces after the last backward with it, and has no ZeRO-1/2 parameter gather; "
                            "plan with framework='torchtitan'")
     refuse_other_engine(plan, "torchtitan")
+    if plan.model.moe is not None and plan.training.fp8 is not None:
+        raise PlannerError("torchtitan: float8 for routed experts (torchao's grouped-GEMM converter) is not emitted")
     if plan.training.kernels != KERNELS:
         raise PlannerError(f"torchtitan: the plan is priced with {plan.training.kernels} kernels (Megatron / "
                            f"Transformer Engine's); torchtitan runs PyTorch's ('{KERNELS}'); "
@@ -82,6 +84,8 @@ def _degrees(plan: Plan) -> dict[str, int | str]:
         "pipeline_parallel_degree": lay.pp,
         "context_parallel_degree": lay.cp,
     }
+    if plan.model.moe is not None:  # EP borrows its ranks from dp_shard x cp x tp (planner.space)
+        d["expert_parallel_degree"] = lay.ep
     if lay.pp > 1:
         # torchtitan counts the embedding and the output layer as extra "layers" (weights 1 and 1
         # by default) and deals layers + weights over the stages; the weights written make the plan's
@@ -115,8 +119,8 @@ def torchtitan_overrides(plan: Plan) -> list[str]:
         args += ["--parallelism.no-enable_sequence_parallel"]  # ParallelismConfig.enable_sequence_parallel)
     args += ["--training.local_batch_size", str(local), "--training.global_batch_size", str(t.global_batch_size),
              "--training.seq_len", str(t.seq_length)]
-    if lay.pp > 1:  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet"
-        args += ["--training.disable_cuda_graphs"]
+    if lay.pp > 1 or lay.ep > 1:  # torchtitan 0.3: "CUDA graphs do not support pipeline parallelism yet", nor
+        args += ["--training.disable_cuda_graphs"]  # the all-to-all dispatcher's host sync (its config check)
     if t.optimizer_offload:  # FSDP2's CPUOffloadPolicy (planner.torchtitan_engine [Offload])
         args += ["--training.enable_cpu_offload"]
     args += ["--compile.enable"]  # the kernels priced (torchtitan_engine.KERNELS) are the compiled blocks'
@@ -132,6 +136,9 @@ def torchtitan_toml(plan: Plan) -> str:
     if plan.training.fp8 is not None:
         raise PlannerError("torchtitan: the 0.2-style TOML is not written for float8 (its keys are not checked "
                            f"against {TORCHTITAN_VERSION}); use train.sh with {JOB_MODULE}.py")
+    if plan.model.moe is not None:
+        raise PlannerError("torchtitan: the 0.2-style TOML is not written for MoE models (its expert keys are not "
+                           f"checked against {TORCHTITAN_VERSION}); use train.sh")
     if _tp_without_sp(plan):
         raise PlannerError("torchtitan: the 0.2-style TOML is not written for TP without sequence parallelism "
                            "(torchtitan 0.2 shards every TP plan's norms on the sequence, no key turns it off); "
@@ -197,11 +204,43 @@ def float8_job_module(plan: Plan) -> str:
 
 
 def torchtitan_config_name(plan: Plan) -> tuple[str, str]:
-    """(module, config) of torchtitan's registry for the model, falling back to llama3_8b.
+    """(module, config) of torchtitan's registry for the model: an MoE model's flavour
+    (torchtitan_engine.moe_flavour; planner_job where the flavour has no config function), else the
+    llama3 one, falling back to llama3_8b.
 
     Not llama3_405b: that preset trains in float8 (a BF16 plan would not describe it), so the
     405B model must be given its own config by the user, as any model outside the registry."""
+    if (flavour := moe_flavour(plan.model)) is not None:
+        return (flavour[0], flavour[1]) if flavour[1] is not None else (JOB_MODULE, JOB_MODULE)
     return "llama3", _REGISTRY.get(plan.model.name, _REGISTRY["llama3-8b"])[0]
+
+
+_MOE_BASE_CONFIG = {"qwen3": ("qwen3_30b_a3b", "Qwen3-")}
+"""Per module: the trainer config an MoE flavour without a config function of its own is trained in, and
+the prefix of its Hugging Face assets folder (./assets/hf/Qwen3-30B-A3B in qwen3_30b_a3b)."""
+
+
+def moe_job_module(plan: Plan) -> str:
+    """planner_job.py for an MoE flavour torchtitan registers without a config function (Qwen3-235B-A22B):
+    the module's MoE trainer config with the flavour's model spec [torchtitan 0.3 models/qwen3/
+    config_registry.py: qwen3_30b_a3b; models/qwen3/__init__.py: model_registry]."""
+    module, _, flavour = moe_flavour(plan.model)
+    base, assets = _MOE_BASE_CONFIG[module]
+    return "\n".join([
+        f'"""{script_word(plan.model.name)}: {plan.layout.short()} -- torchtitan\'s {module} flavour {flavour} in its '
+        f'{base} trainer config, which it has no config function of its own for (generated by planner for '
+        f'{TORCHTITAN_VERSION}). Point hf_assets_path at its tokenizer."""',
+        "",
+        f"from torchtitan.models.{module} import model_registry",
+        f"from torchtitan.models.{module}.config_registry import {base}",
+        "",
+        "",
+        f"def {JOB_MODULE}():",
+        f"    config = {base}()",
+        f'    config.model_spec = model_registry("{flavour}")',
+        f'    config.hf_assets_path = "./assets/hf/{assets}{flavour}"',
+        "    return config",
+    ]) + "\n"
 
 
 def to_torchtitan(plan: Plan) -> LaunchFiles:
@@ -209,6 +248,7 @@ def to_torchtitan(plan: Plan) -> LaunchFiles:
     args = torchtitan_overrides(plan)
     c = plan.cluster
     fp8 = plan.training.fp8 is not None  # float8 lives in a config function: planner_job.py beside train.sh
+    job = torchtitan_config_name(plan)[0] == JOB_MODULE  # so does an MoE flavour without a config function
     which = ('  --module "${MODULE:-%s}" --config "${CONFIG:-%s}" \\' % (JOB_MODULE, JOB_MODULE) if fp8 else
              '  --module "${MODULE:-%s}" --config "${CONFIG:-%s}" \\' % torchtitan_config_name(plan))
     script = "\n".join([
@@ -217,9 +257,11 @@ def to_torchtitan(plan: Plan) -> LaunchFiles:
         f"{plan.layout.short()}",
         f"# generated by planner for {TORCHTITAN_VERSION}; "
         + (f"{JOB_MODULE}.py builds the float8 model: edit its registry config for another model" if fp8
+           else f"{JOB_MODULE}.py builds the model's registry flavour" if job
+           else "the model's own torchtitan registry config" if moe_flavour(plan.model) is not None
            else "set MODULE/CONFIG to your torchtitan model and config"),
         "set -euo pipefail",
-        *(['export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"  # planner_job.py: float8'] if fp8 else []),
+        *(['export PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"  # planner_job.py'] if fp8 or job else []),
         f'torchrun --nnodes {c.num_nodes} --nproc-per-node {c.gpus_per_node} --node-rank "${{NODE_RANK:-0}}" \\',
         '  --master-addr "${MASTER_ADDR:-localhost}" --master-port 29500 -m torchtitan.train \\',
         which,
@@ -227,6 +269,9 @@ def to_torchtitan(plan: Plan) -> LaunchFiles:
     ]) + "\n"
     if fp8:  # no 0.2-style TOML: its float8 keys are not checked against a torchtitan the planner targets
         return LaunchFiles("torchtitan", {"train.sh": script, f"{JOB_MODULE}.py": float8_job_module(plan)}, tuple(args))
+    if plan.model.moe is not None:  # no 0.2-style TOML: its expert keys are not checked against 0.3
+        return LaunchFiles("torchtitan", {"train.sh": script} | ({f"{JOB_MODULE}.py": moe_job_module(plan)} if job else {}),
+                           tuple(args))
     if _tp_without_sp(plan):  # no 0.2-style TOML: 0.2 cannot turn sequence parallelism off
         return LaunchFiles("torchtitan", {"train.sh": script}, tuple(args))
     return LaunchFiles("torchtitan", {"train.sh": script, "job.toml": torchtitan_toml(plan)}, tuple(args))
