@@ -404,6 +404,10 @@ MUTANTS = [
      "torchtitan MoE: EP degree not emitted"),
     ("planner/explain.py", "lines += _experts(model, cluster, b.training, b)", "lines += _experts(model, cluster, training, b)",
      "torchtitan MoE: explain prices EP on Megatron's engine"),
+    ("planner/memory.py", "+ experts + 2 * n * model.hidden_size", "+ experts",
+     "torchtitan MoE: the combined rows its scores weigh not kept"),
+    ("planner/memory.py", "moe_scores_after_combine=uses_torchtitan(training))", "moe_scores_after_combine=False)",
+     "torchtitan MoE: Megatron's saved set"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])

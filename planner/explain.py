@@ -212,7 +212,8 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                      f"{acc:.2f} s of the step ({acc / b.step_time_s:.0%}); larger micro-batches pay it fewer times.")
     s = training.seq_length
     sp = dict(tp=lay.tp, cp=lay.cp, sequence_parallel=lay.sequence_parallel, attention=training.attention,
-              saved_gather_bytes=saved_gather_bytes(training))
+              etp=lay.expert_tp, saved_gather_bytes=saved_gather_bytes(b.training),
+              moe_scores_after_combine=uses_torchtitan(b.training))  # the engine the plan is priced on
     act = activation_bytes_per_layer(model, lay.micro_batch_size, s, **sp)
     half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), **sp)
     dqk, dv = model.core_head_dims  # the attention core's FLOPs against the layers' [Korthikanti22 Eq. 7]

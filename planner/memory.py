@@ -446,6 +446,7 @@ def activation_bytes_per_layer(
     recompute_modules: tuple[str, ...] = ("core_attn",),
     quant_bytes: float = 1.0,
     saved_gather_bytes: float | None = None,
+    moe_scores_after_combine: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -483,6 +484,8 @@ def activation_bytes_per_layer(
             models/common/decoder_sharding.py: set_gqa_attention_sharding, set_dense_ffn_sharding
             (in_dst_shardings Replicate); torch autograd: mm saves its input for the weight
             gradient; tests/test_activation_harness.py measures it on two ranks].
+        moe_scores_after_combine: the routed experts' saved bytes as torchtitan's MoE keeps them
+            (moe_routed_bytes: scores_after_combine), not Megatron's.
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
         moe_routing: how the routed tokens fall on the busiest expert rank (TrainingSpec.moe_routing).
@@ -555,7 +558,7 @@ def activation_bytes_per_layer(
         total -= (2 - q) * sb * f / tp
     if moe is not None:
         total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_routing,
-                                  quant_bytes)
+                                  quant_bytes, moe_scores_after_combine)
     if rc == Recompute.SELECTIVE:
         total -= recompute_module_freed_bytes(model, b, s_loc, tp=tp, sp_div=sp_div, modules=recompute_modules,
                                               fp8_inputs=fp8_inputs, etp=tp if etp is None else etp,
@@ -632,7 +635,7 @@ def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
 
 
 def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool = False,
-                     routing: MoERouting = BALANCED, quant_bytes: float = 1.0) -> float:
+                     routing: MoERouting = BALANCED, quant_bytes: float = 1.0, scores_after_combine: bool = False) -> float:
     """Bytes the routed experts of one MoE layer keep for backward on one GPU that holds `tokens`
     tokens of the layer input (b s / (cp tp): sequence parallelism is required with tp > 1).
 
@@ -643,12 +646,23 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     FC1 keeps its input (R h, BF16 or 1 B under FP8), the SwiGLU its input (R 2 f_e / etp), FC2 its
     input (R f_e / etp) [megatron/core/transformer/moe/experts.py: TEGroupedMLP.forward, the probs
     applied inside the activation]; the router keeps MOE_ROUTER_SAVED_BYTES per token and expert.
-    routing: how the rows fall on the busiest rank (TrainingSpec.moe_routing: imbalance, capacity)."""
+    routing: how the rows fall on the busiest rank (TrainingSpec.moe_routing: imbalance, capacity).
+    scores_after_combine (torchtitan 0.3, etp 1): the router keeps its softmax's FP32 output (the gate
+    runs under FP32 autocast; its input is the norm output the layer counts), the top-k ids (int64) and
+    scores (FP32); the dispatch two int64 indices a routed row; the experts their input and SwiGLU's
+    three BF16 tensors as compiled; and the scores weigh the combined rows after the all-to-all back, so
+    those N top_k BF16 rows stay for the scores' gradient [torchtitan 0.3 models/common/moe.py:
+    TokenChoiceTopKRouter.forward; token_dispatcher.py: AllToAllTokenDispatcher.combine]. Measured on
+    torchtitan's own MoE module compiled with AOTAutograd's min-cut partition, as Inductor partitions
+    (tests/test_activation_harness.py)."""
     e = model.moe
     rows, fe = routed_rows(model, tokens, etp, routing), e.expert_ffn_hidden_size / etp
     act_b = quant_bytes if fp8_inputs else 2
-    return (MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts
-            + act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe)
+    experts = act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe
+    if scores_after_combine:
+        n = tokens * e.top_k  # the rows this rank sent, combined back
+        return 4 * tokens * e.num_experts + (8 + 4) * n + 2 * 8 * rows + experts + 2 * n * model.hidden_size
+    return MOE_ROUTER_SAVED_BYTES * tokens * e.num_experts + experts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1132,7 +1146,8 @@ def stage_activation_items(
     kw = dict(tp=t, cp=layout.cp, sequence_parallel=layout.sequence_parallel, attention=training.attention,
               fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
               etp=layout.expert_tp, moe_routing=training.moe_routing,
-              recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training))
+              recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training),
+              moe_scores_after_combine=uses_torchtitan(training))
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_layers_on(model, training, layout, stage)
 

@@ -167,3 +167,25 @@ def test_explain_prices_torchtitans_alternatives_on_its_engine():
     assert f"ep {best.layout.ep // 2}: {half.step_time_s / best.step_time_s - 1:+.1%}" in text
     assert "--overlap-moe-expert-parallel-comm" not in text
     assert "Sensitivity, FP8 (rowwise): training.fp8: float8 routed experts" in text
+
+
+def test_torchtitan_keeps_the_combined_rows_its_scores_weigh():
+    """Qwen3-30B-A3B, 4,096 tokens a GPU (mbs 1, no recompute): each MoE layer keeps, as torchtitan's
+    compiled module does (measured in tests/test_activation_harness.py), the router's FP32 softmax 4 x 4096
+    x 128 = 2,097,152, top-k ids and scores 12 x 32,768 = 393,216, two int64 indices a routed row 16 x
+    32,768 = 524,288, the routed input 2 x 32,768 x 2048 = 134,217,728, SwiGLU's three tensors 2 x 32,768 x
+    3 x 768 = 150,994,944 and the combined rows the scores weigh, 134,217,728: 422,445,056 B. Megatron's
+    set: FP32 logits and scores 8 x 4096 x 128 = 4,194,304 and the same expert tensors, 289,406,976 B.
+    Over 48 layers and the one micro-batch in flight the activations differ by 48 x 133,038,080 B."""
+    from planner.memory import moe_routed_bytes
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    assert moe_routed_bytes(m, 4096, 1, scores_after_combine=True) == 422_445_056
+    assert moe_routed_bytes(m, 4096, 1) == 289_406_976
+    lay = Layout(dp=16, zero_stage=3, ep=8, etp=1, micro_batch_size=1, recompute="none")
+    titan = planner.evaluate(m, c, _titan(), lay)
+    megatron = planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), lay)
+
+    def acts(p):
+        return {i.name: i.bytes for i in p.memory.peak_stage.items}["activations"]
+    assert acts(titan) - acts(megatron) == pytest.approx(48 * 133_038_080)

@@ -430,3 +430,43 @@ def loss_peak_bytes(tokens: int, vocab: int, h: int, world: int = 1, kind: str =
     """_loss_peak_worker on `world` CPU ranks: rank 0's peak bytes over its resident set before the step."""
     return _spawn_ranks(_loss_peak_worker, world, (tokens, vocab, h, kind, megatron),
                         env={"MALLOC_MMAP_THRESHOLD_": "65536"})
+
+
+def torchtitan_moe_saved_bytes(b: int, s: int) -> tuple[int, int]:
+    """(bytes saved for backward, bytes of its input) by one forward of torchtitan 0.3's own MoE module --
+    its qwen3 registry's debugmodel_moe layer, BF16 -- compiled as torchtitan compiles each block
+    (fullgraph, capture_scalar_outputs: distributed/compile.py apply_compile) with the partition Inductor
+    uses (AOTAutograd's min-cut rematerialisation) and no code generation, at ep 1 (its local dispatcher)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    from planner.check._cpu_shims import install_shims
+
+    install_shims()  # torchtitan imports triton
+    from torchtitan.models.qwen3 import model_registry
+
+    torch._dynamo.config.capture_scalar_outputs = True
+    cfg = model_registry("debugmodel_moe").model
+    moe = cfg.layers[0].moe.build().to(DT)
+    torch.manual_seed(0)
+    for p in moe.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    x = torch.randn(b, s, cfg.dim, dtype=DT, requires_grad=True)
+    nop = lambda gm, inputs: gm.forward  # noqa: E731
+    compiled = torch.compile(moe, fullgraph=True, backend=aot_autograd(
+        fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition))
+    compiled(x)
+    excluded = {p.untyped_storage().data_ptr() for p in moe.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in excluded:
+            seen[st.data_ptr()] = st.nbytes()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = compiled(x)
+    del out
+    torch._dynamo.reset()
+    return sum(seen.values()), x.untyped_storage().nbytes()
