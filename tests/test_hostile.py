@@ -280,6 +280,22 @@ def test_adversarial_names_execute_no_command_but_their_own(tmp_path, framework)
                for line in launched if line)
 
 
+def test_a_torchtitan_job_module_keeps_a_hostile_name_inert(tmp_path):
+    """planner_job.py (Qwen3-235B-A22B's flavour on torchtitan) names the model in its docstring: a name with
+    quotes, newlines and shell must leave a module that parses to one function and imports only torchtitan."""
+    import ast
+
+    m = load_model("qwen3-235b-a22b").model_copy(update={"name": 'q"""\nimport os; os.system("touch PWNED")\n"""'})
+    t = framework_training(planner.TrainingSpec(global_batch_size=512, seq_length=4096), "torchtitan")
+    p = planner.evaluate(m, load_cluster("dgx-h100", nodes=16), t,
+                         planner.Layout(dp=128, zero_stage=3, ep=8, etp=1, recompute="full"))
+    tree = ast.parse(p.to_torchtitan().files["planner_job.py"])
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all(isinstance(n, ast.ImportFrom) and n.module.startswith("torchtitan.") for n in imports)
+    assert [type(n).__name__ for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))] == ["Expr",
+                                                                                                         "FunctionDef"]
+
+
 def test_toml_has_only_its_own_tables():
     p = _evil_plan(3, "torchtitan", sequence_parallel=True)  # the 0.2-style TOML cannot run TP without SP
     doc = tomllib.loads(p.to_torchtitan().files["job.toml"])
