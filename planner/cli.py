@@ -726,7 +726,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compute capability major of the target GPU (default 9)")
     p.add_argument("--fetch-megatron", action="store_true", help="download megatron-core 0.19.2 if Megatron is not found")
     p.add_argument("--job-folder", default=None, metavar="DIR",
-                   help="torchtitan: the launch folder of an FP8 plan; its planner_job.py is the --module and --config")
+                   help="torchtitan: a launch folder with planner_job.py (an FP8 plan, or a registry flavour without "
+                   "a config function); it is the --module and --config")
+    p.add_argument("--module", default="llama3", help="torchtitan: the model module train.sh names (default llama3)")
+    p.add_argument("--config", dest="titan_config", default="llama3_8b",
+                   help="torchtitan: the registry config train.sh names (default llama3_8b; qwen3_30b_a3b for Qwen3-30B-A3B)")
     p = sub.add_parser("ledger", help="the static-memory table of a model (params / grads / Adam)")
     p.add_argument("model")
     p.add_argument("--grad-dtype", choices=["bf16", "fp32"], default="bf16")
@@ -769,7 +773,8 @@ def _cmd_check(a, out: Console) -> int:
             raise _UsageError("planner check torchtitan: --world-size is needed")
         from planner.emit.torchtitan import JOB_MODULE
 
-        job = {"module": JOB_MODULE, "config": JOB_MODULE, "folder": a.job_folder} if a.job_folder else {}
+        job = ({"module": JOB_MODULE, "config": JOB_MODULE, "folder": a.job_folder} if a.job_folder
+               else {"module": a.module, "config": a.titan_config})
         result = check.check_torchtitan(a.config, a.world_size, num_layers=a.num_layers, **job)
     out.print(_clean(result.line()), markup=False, highlight=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_INFEASIBLE

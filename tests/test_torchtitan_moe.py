@@ -189,3 +189,21 @@ def test_torchtitan_keeps_the_combined_rows_its_scores_weigh():
     def acts(p):
         return {i.name: i.bytes for i in p.memory.peak_stage.items}["activations"]
     assert acts(titan) - acts(megatron) == pytest.approx(48 * 133_038_080)
+
+
+def test_planner_check_torchtitan_takes_the_module_and_config_train_sh_names():
+    """planner check torchtitan --module qwen3 --config qwen3_30b_a3b: torchtitan parses the MoE model and
+    builds its meshes (efsdp 2 at dp_shard 16, ep 8); the line shows a long list by its head and length."""
+    pytest.importorskip("torchtitan")
+    import io
+
+    from planner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["check", "torchtitan", "--world-size", "16", "--module", "qwen3", "--config", "qwen3_30b_a3b", "--",
+                 "--parallelism.data_parallel_shard_degree", "16", "--parallelism.expert_parallel_degree", "8",
+                 "--training.disable_cuda_graphs"], stdout=out, stderr=err)
+    line = out.getvalue()
+    assert code == 0, err.getvalue()
+    assert "efsdp=2 ep=8" in line and "num_experts=128" in line and "top_k=8" in line
+    assert "... (145 items)]" in line  # 48 layers x (wqkv, wo, router gate) + lm_head

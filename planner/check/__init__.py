@@ -40,8 +40,15 @@ class CheckResult:
     def line(self) -> str:
         """One line for humans."""
         if self.ok:
-            return "OK " + " ".join(f"{k}={v}" for k, v in sorted(self.details.items()))
+            return "OK " + " ".join(f"{k}={_shown(v)}" for k, v in sorted(self.details.items()))
         return f"ERROR [{self.stage}] {self.message}"
+
+
+def _shown(value) -> str:
+    """A detail as the line shows it: a list of more than eight items by its first three and its length."""
+    if isinstance(value, list) and len(value) > 8:
+        return f"[{', '.join(map(repr, value[:3]))}, ... ({len(value)} items)]"
+    return str(value)
 
 
 def megatron_payload(args: list[str], world_size: int, env: dict[str, str] | None = None, gpu_arch: int = 9) -> dict:
