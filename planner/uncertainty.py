@@ -5,7 +5,8 @@ centred on `bias` with spread `sigma` (a normal in log space; PredictionError). 
 from, in order: the cluster's own `prediction_error` (written by planner calibrate from the
 user's logs), else the out-of-sample residuals of the published runs of the same workload (dense
 BF16/FP16, dense low precision, MoE: workload()), GPU generation and kernel family, else of the
-same workload pooled (PUBLISHED, written by benchmarks/intervals.py), else the dense runs pooled.
+same workload pooled (PUBLISHED, written by benchmarks/intervals.py) -- with the memory error of the
+dense runs of that kernel family where none of the workload's ran it -- else the dense runs pooled.
 An MoE or FP8 job therefore carries the error measured on MoE or FP8 runs, not the dense one.
 """
 
@@ -77,10 +78,20 @@ def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelS
     if cluster.prediction_error is not None:
         return cluster.prediction_error
     w = workload(model, training)
-    for key in ((w, cluster.gpu.arch, training.kernels), (w, None, training.kernels), (w, None, None)):
+    for key in ((w, cluster.gpu.arch, training.kernels), (w, None, training.kernels)):
         if key in PUBLISHED:
             return PUBLISHED[key]
-    return POOLED
+    pooled = PUBLISHED.get((w, None, None), POOLED)
+    memory = PUBLISHED.get(("dense", None, training.kernels))
+    if w == "dense" or memory is None:
+        return pooled
+    # no run of this workload used these kernels (torchtitan's MoE): the step error pooled over the workload's
+    # runs, the memory error of the dense runs that published peaks with them
+    return PredictionError(step_time_bias=pooled.step_time_bias, step_time_sigma=pooled.step_time_sigma,
+                           ranking_sigma=pooled.ranking_sigma, memory_bias=memory.memory_bias,
+                           memory_sigma=memory.memory_sigma,
+                           basis=f"{pooled.basis}, none with {training.kernels} kernels; memory from the dense runs' "
+                                 f"{training.kernels}-kernel peaks")
 
 
 def interval(predicted: float, bias: float, sigma: float, level: float) -> Interval:

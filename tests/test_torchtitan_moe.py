@@ -207,3 +207,19 @@ def test_planner_check_torchtitan_takes_the_module_and_config_train_sh_names():
     assert code == 0, err.getvalue()
     assert "efsdp=2 ep=8" in line and "num_experts=128" in line and "top_k=8" in line
     assert "... (145 items)]" in line  # 48 layers x (wqkv, wo, router gate) + lm_head
+
+
+def test_a_torchtitan_moe_plan_carries_the_moe_step_error_and_the_eager_kernels_memory_error():
+    """No published MoE run used torchtitan's eager kernels: its interval takes the step-time error of the MoE
+    runs pooled and the memory error of the dense runs that published peaks with those kernels, and says so."""
+    from planner.uncertainty import PUBLISHED, prediction_error
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    e = prediction_error(c, _titan(), m)
+    moe, eager = PUBLISHED[("moe", None, None)], PUBLISHED[("dense", None, "unfused")]
+    assert (e.step_time_bias, e.step_time_sigma, e.ranking_sigma) == (moe.step_time_bias, moe.step_time_sigma,
+                                                                       moe.ranking_sigma)
+    assert (e.memory_bias, e.memory_sigma) == (eager.memory_bias, eager.memory_sigma)
+    assert "none with unfused kernels" in e.basis
+    # a Megatron MoE plan keeps the MoE runs' own error
+    assert prediction_error(c, TrainingSpec(global_batch_size=64, seq_length=4096), m) == moe
