@@ -221,11 +221,18 @@ def _torchtitan_expert_problems(training: TrainingSpec, lay: Layout, zero_rules:
         bad.append("torchtitan is priced with its standard all-to-all dispatcher, without EP overlap")
     if training.moe_capacity_factor is not None:
         bad.append("torchtitan's standard dispatcher is dropless (moe_capacity_factor is Megatron's)")
-    if training.fp8 is not None:
-        bad.append("torchtitan's float8 for routed experts (torchao's grouped-GEMM converter) is not priced")
-    if training.optimizer_offload:
-        bad.append("FSDP2's CPU offload with experts is not priced")
+    if why := torchtitan_moe_workload_problem(training):
+        bad.append(why)
     return bad
+
+
+def torchtitan_moe_workload_problem(training: TrainingSpec) -> str | None:
+    """What of an MoE workload torchtitan runs that the planner does not price, one line naming the field."""
+    if training.fp8 is not None:
+        return "training.fp8: float8 routed experts (torchao's grouped-GEMM converter) on torchtitan are not priced"
+    if training.optimizer_offload:
+        return "training.optimizer_offload: FSDP2's CPU offload with experts is not priced"
+    return None
 
 
 def first_rank_min_layers(model: ModelSpec, training: TrainingSpec, vpp: int) -> int:
@@ -967,10 +974,8 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as "
                            f"{' or '.join(repr(r) for r in TORCHTITAN_FP8_RECIPES)}, not '{training.fp8}' (use "
                            f"fp8='rowwise', or framework='megatron' for Transformer Engine's recipes)")
-    if framework == "torchtitan" and model.moe is not None and (training.fp8 is not None or training.optimizer_offload):
-        what = "training.fp8: float8 routed experts (torchao's grouped-GEMM converter)" if training.fp8 is not None \
-            else "training.optimizer_offload: FSDP2's CPU offload with experts"
-        raise PlannerError(f"{what} on torchtitan is not priced (use framework='megatron' or 'any')")
+    if framework == "torchtitan" and model.moe is not None and (why := torchtitan_moe_workload_problem(training)):
+        raise PlannerError(f"{why} (use framework='megatron' or 'any')")
     unbuilt = unbuilt_features(model) if framework == "torchtitan" else model.megatron_only
     if unbuilt and framework in MEGATRON_ONLY_REFUSED_BY:
         raise PlannerError(f"model: {', '.join(unbuilt)} emitted for Megatron only so far; framework "
