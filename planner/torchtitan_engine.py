@@ -79,8 +79,9 @@ from functools import lru_cache
 from planner.errors import SpecError
 from planner.specs import Layout, ModelSpec, TrainingSpec, num_microbatches
 
-__all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS", "uses_torchtitan", "stage_split", "layers_per_stage",
-           "end_weights", "rank_splits", "accumulation_bytes", "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
+__all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS",
+           "uses_torchtitan", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
+           "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
            "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv",
            "whole_loss_traffic_bytes", "chunk_loss_traffic_bytes"]
@@ -114,7 +115,8 @@ def moe_flavour(model: ModelSpec) -> tuple[str, str | None, str] | None:
     e = model.moe
     if e is None or not model.qk_norm or e.shared_expert_ffn_hidden_size or model.tied_embeddings:
         return None
-    if e.first_dense_layers or e.layer_step > 1 or e.router_groups or model.linear_bias or model.activation != "swiglu":
+    if (e.first_dense_layers or e.layer_step > 1 or e.router_groups or model.linear_bias
+            or model.activation != "swiglu"):
         return None
     return MOE_FLAVOURS.get((model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads,
                              model.head_dim, model.vocab_size, e.num_experts, e.top_k, e.expert_ffn_hidden_size))
