@@ -87,11 +87,10 @@ def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelS
         return pooled
     # no run of this workload used these kernels (torchtitan's MoE): the step error pooled over the workload's
     # runs, the memory error of the dense runs that published peaks with them
-    return PredictionError(step_time_bias=pooled.step_time_bias, step_time_sigma=pooled.step_time_sigma,
-                           ranking_sigma=pooled.ranking_sigma, memory_bias=memory.memory_bias,
-                           memory_sigma=memory.memory_sigma,
-                           basis=f"{pooled.basis}, none with {training.kernels} kernels; memory from the dense runs' "
-                                 f"{training.kernels}-kernel peaks")
+    return PredictionError(**{
+        **pooled.model_dump(), "memory_bias": memory.memory_bias, "memory_sigma": memory.memory_sigma,
+        "basis": f"{pooled.basis}, none with {training.kernels} kernels; memory from the dense runs' "
+                 f"{training.kernels}-kernel peaks"})
 
 
 def interval(predicted: float, bias: float, sigma: float, level: float) -> Interval:
