@@ -177,6 +177,7 @@ def explain_rows(text: str) -> int:
     step-time terms, one layer's forward and backward, the last rank's output layer and loss, and the
     peak stage's memory items -- what to look at when a row is off."""
     from planner.cost import _layer_time, output_time  # noqa: PLC0415 (a diagnostic reads the private layer term)
+    from planner.specs import HYBRID_SYMBOLS  # noqa: PLC0415
     rows = [r for r in load_runs() + load_runs(low_precision=True) + load_moe_runs()[0] if text in r.id]
     if not rows:
         print(f"no row id contains {text!r}")
@@ -191,11 +192,13 @@ def explain_rows(text: str) -> int:
         print(f"{r.id}  {r.layout.short()}\n  measured {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, predicted {pred:,.0f} "
               f"({pred / r.tokens_per_s_per_gpu - 1:+.1%}); step {p.step_time_s:.3f} s")
         print("  terms: " + ", ".join(f"{k} {v:.3f} s" for k, v in p.time.breakdown().items() if v))
-        lt = _layer_time(r.model, r.cluster, r.training, r.layout)
         out = output_time(r.model, r.cluster, r.training, r.layout)
-        print(f"  one layer, one micro-batch: forward {lt.fwd * 1e3:.2f} ms (attention {lt.attn_fwd * 1e3:.2f}, MoE block "
-              f"{lt.mlp_fwd * 1e3:.2f}), backward {lt.bwd * 1e3:.2f} ms; last rank's output layer {out.gemm * 1e3:.2f} ms, "
-              f"loss {out.loss * 1e3:.2f} ms")
+        for symbol in sorted(set(r.model.layer_pattern)) if r.model.hybrid else (None,):
+            lt = _layer_time(r.model, r.cluster, r.training, r.layout, symbol=symbol)
+            kind = f"one {HYBRID_SYMBOLS[symbol]} layer" if symbol else "one layer"
+            print(f"  {kind}, one micro-batch: forward {lt.fwd * 1e3:.2f} ms (attention {lt.attn_fwd * 1e3:.2f}, MoE block "
+                  f"{lt.mlp_fwd * 1e3:.2f}), backward {lt.bwd * 1e3:.2f} ms")
+        print(f"  last rank's output layer {out.gemm * 1e3:.2f} ms, loss {out.loss * 1e3:.2f} ms")
         stage = max(p.memory.stages, key=lambda st: st.total)
         print(f"  peak {p.peak_memory_bytes / 2**30:.1f} GiB" + (f" (published {r.peak_mem_bytes / 2**30:.1f})" if r.peak_mem_bytes else "")
               + ": " + ", ".join(f"{it.name} {it.bytes / 2**30:.1f}" for it in stage.items if it.bytes))

@@ -358,9 +358,11 @@ def _moe_model(r: dict) -> ModelSpec | str:
     chunked = re.fullmatch(r"gqa; chunked attention \((\d+)\) with a NoPE layer every 4th layer", att)
     if chunked and r["seq_len"] <= int(chunked.group(1)):  # Llama 4: one chunk spans the sequence, so
         att = "gqa"  # every layer is causal over it; NoPE layers only skip the rotary embedding
+    if att == "hybrid Mamba-2 + GQA attention + MoE (no RoPE)" and mod.get("hybrid_layer_pattern"):
+        return _hybrid_model(r)
     if att not in ("gqa", "mla"):
-        return (f"attention '{att or 'unpublished'}' (grouped-query, multi-latent and GPT-OSS's windowed attention "
-                "are priced)")
+        return (f"attention '{att or 'unpublished'}' (grouped-query, multi-latent, GPT-OSS's windowed attention "
+                "and Nemotron-3 Nano's Mamba-2 hybrid are priced)")
     step = 1
     if mod.get("moe_layer_pattern"):
         pattern = re.fullmatch(r"alternating dense/MoE \(\[0,1\]\*(\d+)\)", mod["moe_layer_pattern"])
@@ -388,6 +390,31 @@ def _moe_model(r: dict) -> ModelSpec | str:
              "shared_expert_ffn_hidden_size": shared, "first_dense_layers": mod.get("first_dense_layers") or 0,
              "layer_step": step, **_router_groups(r)},
         mla=mla, mtp_layers=_mtp_layers(r), **gpt_oss)
+
+
+HYBRID_CATALOG = "nemotron-3-nano-30b-a3b"
+"""The catalog's hybrid model whose vocabulary the Nemotron-3 Nano rows leave unpublished (131,072, its
+Hugging Face config.json; models/nemotron-3-nano-30b-a3b.yaml cites it)."""
+
+
+def _hybrid_model(r: dict) -> ModelSpec | str:
+    """A Mamba-2 / attention / MoE hybrid row (Nemotron-3 Nano) from its published fields: the layer pattern,
+    Mamba-2 heads, head width and state size, attention and expert shapes. Its squared-ReLU experts, eight
+    Mamba groups, absent position embedding and vocabulary come from the catalog entry of the same pattern,
+    and every field the row does publish must agree with it."""
+    mod, ref = r["model"], planner.load_model(HYBRID_CATALOG)
+    if mod["hybrid_layer_pattern"] != ref.layer_pattern:
+        return f"hybrid layer pattern '{mod['hybrid_layer_pattern']}' (the catalog prices {HYBRID_CATALOG}'s)"
+    published = {"n_layers": ref.num_layers, "hidden_size": ref.hidden_size, "n_heads": ref.num_attention_heads,
+                 "n_kv_heads": ref.kv_heads, "head_dim": ref.head_dim, "num_experts": ref.moe.num_experts,
+                 "top_k": ref.moe.top_k, "moe_ffn_hidden_size": ref.moe.expert_ffn_hidden_size,
+                 "shared_expert_ffn_hidden_size": ref.moe.shared_expert_ffn_hidden_size,
+                 "mamba_num_heads": ref.mamba.num_heads, "mamba_head_dim": ref.mamba.head_dim,
+                 "mamba_state_dim": ref.mamba.state_dim}
+    differ = [k for k, v in published.items() if mod.get(k) is not None and mod[k] != v]
+    if differ:
+        return f"hybrid model fields differ from {HYBRID_CATALOG}: {', '.join(differ)}"
+    return ref.model_copy(update={"name": r["model_name"]})
 
 
 def _stage_split(layers: int, stages: int) -> tuple[int, ...] | None:

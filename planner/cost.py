@@ -42,7 +42,7 @@ from planner.memory import (
     bf16_layers_on,
     linear_params_per_gpu,
     loss_kind,
-    mtp_moe_layers,
+    moe_layers_on,
     mtp_stage_params,
     optimizer_shard_params,
     param_gather_bytes,
@@ -55,6 +55,7 @@ from planner.memory import (
     routed_rows,
     stage_layers,
     stage_params,
+    symbols_on,
 )
 from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import axis_stride, group_placement, placement
@@ -128,12 +129,12 @@ def attention_gemm_flops(model: ModelSpec, tokens: float, tp: int, sequence_para
 
 
 def mlp_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
-    """Forward FLOPs of a dense MLP's GEMMs on one GPU: 2 h f each for GeLU, fused gate||up 2 h 2f
-    then down 2 f h for SwiGLU [MegatronFLOPs]."""
+    """Forward FLOPs of a dense MLP's GEMMs on one GPU: 2 h f each for GeLU (and squared ReLU), fused
+    gate||up 2 h 2f then down 2 f h for SwiGLU [MegatronFLOPs]."""
     h, f = model.hidden_size, model.ffn_hidden_size
     if model.family == Family.GPT:
         return [2 * tokens * h * f / tp, 2 * tokens * f * h / tp]
-    return [2 * tokens * h * 2 * f / tp, 2 * tokens * f * h / tp]
+    return [2 * tokens * h * model.fc1_width(f) / tp, 2 * tokens * f * h / tp]
 
 
 def mla_up_proj_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
@@ -156,6 +157,64 @@ def op_recompute_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[fl
 def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     """Forward FLOPs of each GEMM of one dense layer on one GPU: attention_gemm_flops, then mlp_gemm_flops."""
     return attention_gemm_flops(model, tokens, tp) + mlp_gemm_flops(model, tokens, tp)
+
+
+MAMBA_CHUNK = 128
+"""Tokens per chunk of the Mamba-2 SSD scan (megatron-core 0.19.2 ssm/mamba_mixer.py: MambaMixer.__init__,
+chunk_size=128)."""
+
+
+def mamba_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+    """Forward FLOPs of a Mamba-2 layer's GEMMs on one GPU: in_proj h x (2 d_in + 2 G N + H) and out_proj
+    d_in x h, column- and row-parallel over tp [megatron-core 0.19.2 ssm/mamba_mixer.py: MambaMixer]."""
+    mb, h = model.mamba, model.hidden_size
+    return [2 * tokens * h * mb.in_proj_width / tp, 2 * tokens * mb.inner * h / tp]
+
+
+def mamba_scan_flops(model: ModelSpec, tokens: float, tp: int) -> float:
+    """Forward FLOPs of the SSD chunked scan on one GPU, chunks of Q = MAMBA_CHUNK: per token and head,
+    2 Q P for the chunk's masked (C B^T) X product and 4 N P for the chunk states (B^T X) and the output
+    from the passed states (C h); per token and group 2 Q N for C B^T [Dao & Gu 2024, Mamba-2 §6 (the SSD
+    algorithm's four steps); mamba_ssm ops/triton/ssd_combined.py: _mamba_chunk_scan_combined_fwd]. Heads
+    and groups split over tp."""
+    mb, q = model.mamba, MAMBA_CHUNK
+    per_head = 2 * q * mb.head_dim + 4 * mb.state_dim * mb.head_dim
+    return tokens * (per_head * mb.num_heads + 2 * q * mb.state_dim * mb.num_groups) / tp
+
+
+def mamba_scan_bytes(model: ModelSpec, tokens: float, tp: int) -> float:
+    """HBM bytes the forward of one Mamba-2 layer's convolution, scan and gated norm move on one GPU, kernel
+    by kernel [mamba_ssm ops/triton/ssd_combined.py: MambaSplitConv1dScanCombinedFn.forward,
+    _mamba_chunk_scan_combined_fwd; megatron-core 0.19.2 MambaMixer._ssm_training], with S = H P N / Q the
+    chunk states per token, W the convolution's x, B, C channels:
+    causal_conv1d (read and write W, BF16: 4 W); _chunk_state_fwd (read x and B: 2 d_in + 2 G N; write the
+    FP32 states: 4 S); _state_passing_fwd (read 4 S, write BF16 2 S); _bmm_chunk_fwd (read C and B: 4 G N;
+    write C B^T in FP32: 4 G Q); _chunk_scan_fwd (read C B^T 4 G Q, x 2 d_in, C 2 G N, the states 2 S, z
+    2 d_in; write the gated output and out_x: 4 d_in); the group RMSNorm (read and write 2 d_in each).
+    In all 4 W + 14 d_in + 8 G N + 12 S + 8 G Q per token, split over tp. The dt cumsum (H per token) is
+    left out."""
+    mb, q = model.mamba, MAMBA_CHUNK
+    gn, states = mb.num_groups * mb.state_dim, mb.num_heads * mb.head_dim * mb.state_dim / q
+    return tokens * (4 * mb.conv_width + 14 * mb.inner + 8 * gn + 12 * states + 8 * mb.num_groups * q) / tp
+
+
+def mamba_scan_time(model: ModelSpec, cluster: ClusterSpec, tokens: float, tp: int) -> float:
+    """Forward seconds of one Mamba-2 layer's convolution, scan and norm on one GPU: the slower of its
+    FLOPs (mamba_scan_flops) at the cluster's fused-attention efficiency and its HBM traffic
+    (mamba_scan_bytes). ASSUMPTION: the Triton SSD kernels' tensor-core matmuls run as efficiently as a
+    fused attention kernel's; at Mamba-2's sizes (Q = 128, N = 128, P = 64) the traffic decides."""
+    gpu, cal = cluster.gpu, cluster.calibration
+    flops = mamba_scan_flops(model, tokens, tp) / (gpu.peak_bf16_flops * cal.attention_efficiency)
+    return max(flops, mamba_scan_bytes(model, tokens, tp) / (gpu.hbm_bandwidth * cal.hbm_efficiency))
+
+
+MAMBA_SCAN_BWD_FACTOR = 3.0
+"""Backward seconds of the convolution, scan and norm per forward second: the backward re-runs the convolution
+and the forward's chunk cumsum, C B^T, chunk-state and state-passing kernels (all but the chunk scan), then
+runs a dozen gradient kernels over the same tensors and their gradients [mamba_ssm ops/triton/ssd_combined.py:
+MambaSplitConv1dScanCombinedFn.backward (causal_conv1d_fwd, then causal_conv1d_bwd),
+_mamba_chunk_scan_combined_bwd]. ASSUMPTION: those gradient kernels move twice the forward's bytes, as the
+other layers' backward passes are priced at twice their forward; the re-run once more: 3."""
 
 
 FLASH_KEY_TILE = 128
@@ -266,10 +325,18 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
     attention = sum(attention_gemm_flops(model, 1, 1)) + 2 * seq_length * model.num_attention_heads * (dqk + dv)
     dense = sum(mlp_gemm_flops(model, 1, 1))
     depth = 2 * (3 * h + 2 * h * h)  # an MTP depth's norms and projection
-    layers = (model.num_layers + model.mtp_layers) * attention + model.mtp_layers * depth
+    moe = 0.0
     if model.moe is not None:  # the MLP is the router, the top-k routed experts and the shared ones
         e = model.moe
-        moe = 2 * h * (e.num_experts + 3 * (e.top_k * e.expert_ffn_hidden_size + e.shared_expert_ffn_hidden_size))
+        width = model.fc1_width(e.expert_ffn_hidden_size) + e.expert_ffn_hidden_size  # 3 f_e gated, 2 f_e not
+        shared = model.fc1_width(e.shared_expert_ffn_hidden_size) + e.shared_expert_ffn_hidden_size
+        moe = 2 * h * (e.num_experts + e.top_k * width + shared)
+    if model.hybrid:  # each layer is one block: a Mamba-2 mixer (its GEMMs and scan), attention, an MLP or MoE
+        mamba = (sum(mamba_gemm_flops(model, 1, 1)) + mamba_scan_flops(model, 1, 1)) if model.mamba else 0.0
+        per = {"M": mamba, "*": attention, "-": dense, "E": moe}
+        return 3 * (sum(per[c] for c in model.layer_pattern) + 2 * h * model.vocab_size)
+    layers = (model.num_layers + model.mtp_layers) * attention + model.mtp_layers * depth
+    if model.moe is not None:
         mtp = model.mtp_layers * (moe if model.mtp_layer_is_moe else dense)
         layers += model.moe_layers * moe + model.dense_layers * dense + mtp
     else:
@@ -333,7 +400,8 @@ no counterpart): each forward casts the BF16 weight (read 2 B, write 1 B) and ea
 again along the other axis for dgrad [torchao float8/float8_linear.py: matmul_with_hp_or_float8_args]."""
 
 
-def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None, dense: bool = False) -> tuple[float, float]:
+def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None, dense: bool = False,
+                      symbol: str | None = None) -> tuple[float, float]:
     """Elements per token one GPU quantises for the FP8 linear layers of one layer: (forward, backward).
 
     Forward: the inputs of QKV (h), out-proj (a d / tp), FC1 (h) and FC2 (f / tp); backward: the
@@ -341,14 +409,21 @@ def fp8_cast_elements(model: ModelSpec, tp: int, etp: int | None = None, dense: 
     (h). QKV and FC1 inputs are the full hidden size on every TP rank (gathered under sequence
     parallelism; the all-gather is priced in BF16, see tp_fwd). Weights are quantised once per step
     and cached across micro-batches (TE's is_first_microbatch) -- not counted. An MoE layer's MLP:
-    _moe_cast_elements; MLA's projections: _attention_cast_elements.
+    _moe_cast_elements; MLA's projections: _attention_cast_elements. A hybrid layer (symbol) casts its
+    one block's: a Mamba-2 layer's in_proj input (h) and out_proj input (d_in / tp) forward, their output
+    gradients ((2 d_in + 2 G N + H) / tp and h) backward.
     """
     h, f = model.hidden_size, model.ffn_hidden_size
-    af, ab = _attention_cast_elements(model, tp)
-    if model.moe is not None and not dense:
+    if symbol == "M":
+        mb = model.mamba
+        return h + mb.inner / tp, mb.in_proj_width / tp + h
+    af, ab = _attention_cast_elements(model, tp) if symbol in (None, "*") else (0.0, 0.0)
+    if symbol == "*":
+        return af, ab
+    if model.moe is not None and not dense and symbol != "-":
         mf, mb = _moe_cast_elements(model, tp, etp)
         return af + mf, ab + mb
-    up = 2 * f if model.family != Family.GPT else f
+    up = model.fc1_width(f) if model.family != Family.GPT else f
     return af + h + f / tp, ab + up / tp + h
 
 
@@ -379,8 +454,8 @@ def _moe_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[floa
     fs, fe, etp = e.shared_expert_ffn_hidden_size, e.expert_ffn_hidden_size, tp if etp is None else etp
     rows = e.top_k * etp / tp
     shared_f = (h + fs / tp) if fs else 0.0
-    shared_b = (2 * fs / tp + h) if fs else 0.0
-    return shared_f + rows * (h + fe / etp), shared_b + rows * (2 * fe / etp + h)
+    shared_b = (model.fc1_width(fs) / tp + h) if fs else 0.0
+    return shared_f + rows * (h + fe / etp), shared_b + rows * (model.fc1_width(fe) / etp + h)
 
 
 @dataclass(frozen=True)
@@ -417,11 +492,12 @@ class LayerTime:
 
 
 def _layer_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
-                dense: bool = False) -> LayerTime:
-    """One layer's times; dense: one of an MoE model's leading dense layers."""
+                dense: bool = False, symbol: str | None = None) -> LayerTime:
+    """One layer's times; dense: one of an MoE model's leading dense layers; symbol: a hybrid model's
+    layer of that kind (HYBRID_SYMBOLS)."""
     return _layer_time_of(model, cluster, training, layout.tp, layout.cp, layout.micro_batch_size,
                           layout.sequence_parallel, layout.tp_comm_overlap, layout.ep,
-                          layout.expert_tp, dense, layout.moe_dispatcher)  # tp, cp, etp, ep: the innermost axes either way
+                          layout.expert_tp, dense, layout.moe_dispatcher, symbol)  # tp, cp, etp, ep: the innermost axes either way
 
 
 MOE_PERMUTE_BYTES = 4
@@ -488,9 +564,9 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
-    gemm += local * _gemm_time(cluster, [2 * per_expert * h * 2 * fe, 2 * per_expert * fe * h], fp8, training.kernels)
+    gemm += local * _gemm_time(cluster, [2 * per_expert * h * model.fc1_width(fe), 2 * per_expert * fe * h], fp8, training.kernels)
     if fs:  # their sequence-parallel gather / scatter is the dense MLP's pair (_layer_time_of)
-        gemm += _gemm_time(cluster, [2 * tokens * h * 2 * fs / tp, 2 * tokens * fs * h / tp], fp8, training.kernels)
+        gemm += _gemm_time(cluster, [2 * tokens * h * model.fc1_width(fs) / tp, 2 * tokens * fs * h / tp], fp8, training.kernels)
     gpu, cal = cluster.gpu, cluster.calibration
     deep = dispatcher == "deepep"
     if dispatcher == "allgather":  # the gathered tokens permuted once into the local experts' rows, undone in combine
@@ -527,32 +603,42 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
                    sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1,
-                   dense: bool = False, dispatcher: str = "alltoall") -> LayerTime:
+                   dense: bool = False, dispatcher: str = "alltoall", symbol: str | None = None) -> LayerTime:
+    """One layer and micro-batch on one GPU. A hybrid model's layer (symbol) is one block: 'M' a Mamba-2
+    mixer (mamba_gemm_flops, mamba_scan_time), '*' attention, '-' a dense MLP, 'E' an MoE block, each
+    with its one norm and residual add: ASSUMPTION, half a transformer layer's elementwise passes."""
     s = training.seq_length
     cal, gpu = cluster.calibration, cluster.gpu
     tokens = b * s / cp
     fp8 = gemm_format(training)
-    moe = moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher) if model.moe is not None and not dense else None
-    flops = attention_gemm_flops(model, tokens, tp, sequence_parallel)
-    if moe is None:  # else the MLP is the MoE block
+    has_attn, has_mlp = symbol in (None, "*"), symbol in (None, "-", "E")
+    moe = (moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher)
+           if model.moe is not None and not dense and symbol in (None, "E") else None)
+    flops = attention_gemm_flops(model, tokens, tp, sequence_parallel) if has_attn else []
+    if moe is None and has_mlp:  # else the MLP is the MoE block
         flops += mlp_gemm_flops(model, tokens, tp)
+    if symbol == "M":
+        flops += mamba_gemm_flops(model, tokens, tp)
     gemm_each = [_gemm_time(cluster, [f], fp8, training.kernels) for f in flops]  # dense GQA: QKV, proj, FC1, FC2
     gemm = sum(gemm_each)
     flash = training.attention == "flash"
-    attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash, document_tokens=training.document_tokens)
-    attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
-    attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp, training.document_tokens) if flash
-                                                 else gemm_efficiency(cluster, attn_flops)))
-    if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
-        attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    attn = 0.0
+    if has_attn:
+        attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash, document_tokens=training.document_tokens)
+        attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
+        attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp, training.document_tokens)
+                                                     if flash else gemm_efficiency(cluster, attn_flops)))
+        if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
+            attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;
     # replicated across TP ranks unless sequence parallel shards them. (ASSUMPTION: calibrated count.)
     passes = cal.elementwise_passes if training.kernels == "fused" else cal.elementwise_passes_unfused
-    elem = passes * 2 * tokens * model.hidden_size / (tp if sequence_parallel else 1)
+    elem = passes * (0.5 if symbol else 1.0) * 2 * tokens * model.hidden_size / (tp if sequence_parallel else 1)
     elem_t = elem / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+    scan = mamba_scan_time(model, cluster, tokens, tp) if symbol == "M" else 0.0  # convolution, SSD scan, norm
     cast_fwd = cast_bwd = 0.0
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
-        cf, cb = fp8_cast_elements(model, tp, etp, dense)
+        cf, cb = fp8_cast_elements(model, tp, etp, dense, symbol)
         per = cast_bytes(training)
         cast_fwd = per * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         cast_bwd = per * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
@@ -562,8 +648,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if moe is not None:
         gemm += moe.gemm
         elem_t += moe.memory
-    fwd = gemm + attn + elem_t + cast_fwd
-    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd
+    fwd = gemm + attn + elem_t + cast_fwd + scan
+    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd + MAMBA_SCAN_BWD_FACTOR * scan
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
     # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2]. MLA (SP) gathers
     # its up-projections' inputs instead (r_q or h, r_kv) and the RoPE key (d_rope) [MLASelfAttention.
@@ -584,6 +670,9 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             attn_pair = mlp_pair = collective_time(cluster, group, "allreduce", nbytes)
         if moe is not None:
             mlp_pair = mlp_pair if model.moe.shared_expert_ffn_hidden_size else 0.0  # the shared experts' pair
+        if symbol is not None:  # one block: attention's pair, a Mamba-2 mixer's (in_proj gathers, out_proj
+            # reduce-scatters, as a non-MLA attention block's do), or the MLP's
+            attn_pair, mlp_pair = (attn_pair if symbol in ("*", "M") else 0.0), (mlp_pair if has_mlp else 0.0)
         tp_fwd = tp_bwd = (attn_pair + mlp_pair) * cal.tp_comm_exposed
         ag_fwd = tp_fwd * (ag / (ag + rs) if sequence_parallel else 1.0)  # the forward's gathers (per-op recompute)
         if tp_comm_overlap and uses_torchtitan(training):
@@ -593,7 +682,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
     # the resident block; backward moves K/V and dK/dV [MegatronCP], [HwRef §4.7].
     cp_fwd = cp_bwd = 0.0
-    if cp > 1:
+    if cp > 1 and has_attn:  # hybrid models: cp 1 (planner.space)
         group = placement(cluster, (cp, tp))
         if model.mla is None:  # K and V of the rank's KV heads (replicated when tp exceeds them)
             kv_bytes = 2 * 2 * b * (s / cp) * model.kv_hidden / min(tp, model.kv_heads)
@@ -606,7 +695,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     ep_t = moe.ep if moe is not None else 0.0
     mlp_f, mlp_b = (moe.gemm + moe.memory, 2 * (moe.gemm + moe.memory)) if moe is not None else (0.0, 0.0)
     op_rc = 0.0
-    if model.op_recompute_priced and (not tp_comm_overlap or uses_torchtitan(training)):
+    if model.op_recompute_priced and (not tp_comm_overlap or uses_torchtitan(training)) and symbol is None:
         # per-op checkpointing re-runs the linears it did not keep, every elementwise op (and the FP8
         # casts of those linears), and the collectives it does not keep: the sequence-parallel
         # all-gathers (its reduce-scatters are kept), or the all-reduces without SP
@@ -616,17 +705,18 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     # Megatron's --recompute-modules beyond the attention core (LayerTime.module_recompute)
     hbm = gpu.hbm_bandwidth * cal.hbm_efficiency
     sp_div = tp if sequence_parallel else 1
-    norms = sum(own_norms(model, moe_layer=not dense))
+    norms = sum(own_norms(model, moe_layer=not dense, symbol=symbol))
     modules = [("layernorm", norms * 2 * 2 * tokens * model.hidden_size / sp_div / hbm)]
     if model.mla is not None:
         modules.append(("mla_up_proj", _gemm_time(cluster, mla_up_proj_flops(model, tokens, tp), fp8, training.kernels)))
     if moe is not None:
         rows = routed_rows(model, tokens / tp, etp, training.moe_routing)
-        modules.append(("moe_act", 2 * rows * 3 * model.moe.expert_ffn_hidden_size / etp / hbm))
-    elif model.family != Family.GPT:
+        fe = model.moe.expert_ffn_hidden_size
+        modules.append(("moe_act", 2 * rows * (model.fc1_width(fe) + fe) / etp / hbm))
+    elif model.family != Family.GPT and has_mlp:
         f = model.ffn_hidden_size
         modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8, training.kernels)
-                        + 2 * 3 * tokens * f / tp / hbm))
+                        + 2 * (model.fc1_width(f) + f) * tokens / tp / hbm))
     return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc, tuple(modules))
 
 
@@ -853,8 +943,11 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
 
 def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
                stages: tuple[int, ...]) -> list[_Pieces]:
-    """_pieces of each of `stages`, the terms every rank shares computed once."""
-    lt = _layer_time(model, cluster, training, layout)
+    """_pieces of each of `stages`, the terms every rank shares computed once. A hybrid model's ranks are
+    priced from their layers by kind (symbols_on): its MoE layer (else its first kind) is the per-layer
+    term, the others' differences from it are offsets."""
+    base_symbol = ("E" if "E" in model.layer_pattern else model.layer_pattern[0]) if model.hybrid else None
+    lt = _layer_time(model, cluster, training, layout, symbol=base_symbol)
     b, s, tp, cp, p, v = layout.micro_batch_size, training.seq_length, layout.tp, layout.cp, layout.pp, layout.vpp
     tokens = b * s / cp
     send = 0.0
@@ -884,6 +977,9 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         d = dense_layers_on(model, layout, stage)
         if d:  # the leading dense layers replace as many MoE layers
             instead(d, _layer_time(model, cluster, training, layout, dense=True))
+        for c, n in symbols_on(model, layout, stage).items():  # a hybrid model's other kinds of layer
+            if c != base_symbol:
+                instead(n, _layer_time(model, cluster, training, layout, symbol=c))
         if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
             instead(k, _layer_time(model, cluster, training.model_copy(update={"fp8": None, "fp8_param_gather": False}),
                                    layout))
@@ -1099,9 +1195,9 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     layers = stage_layers(model, layout)
     p = layout.pp
     # a rank's pieces depend on whether it is the first (the embedding's gradients) or the last (the
-    # logits, the output layer's gradients) and on its dense layers only
-    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i), bf16_layers_on(model, training, layout, i))
-             for i in range(p)]
+    # logits, the output layer's gradients) and on its dense layers (a hybrid model's layer kinds) only
+    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i), bf16_layers_on(model, training, layout, i),
+              tuple(sorted(symbols_on(model, layout, i).items()))) for i in range(p)]
     first = {k: i for i, k in reversed(list(enumerate(kinds)))}
     by_kind = dict(zip(first, _pieces_of(model, cluster, training, layout, tuple(first.values()))))
     pieces = [by_kind[k] for k in kinds]
@@ -1220,8 +1316,8 @@ def expert_shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int
     pass over that layer's local experts (E / ep of them, 1 / etp of each), Megatron-FSDP's expert
     group of the layer's unit [megatron-core 0.19.2 distributed/fsdp/src/megatron_fsdp/
     param_and_grad_buffer.py: _get_parameter_groups]; they add up to param_shards' expert shard."""
-    moe_layers = layers - dense_layers_on(model, layout, stage) + mtp_moe_layers(model, layout, stage)
-    return ShardUnits(0.0, routed_params_per_layer(model) / (layout.ep * layout.expert_tp), moe_layers, 0.0)
+    return ShardUnits(0.0, routed_params_per_layer(model) / (layout.ep * layout.expert_tp),
+                      moe_layers_on(model, layout, stage, layers), 0.0)
 
 
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,

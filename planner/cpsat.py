@@ -223,7 +223,10 @@ class Rows:
                     host = {r: _host_most(model, cluster, training, lay, r, hi) for r in _positions(p)}
                     row.host_most = tuple(host[_position(r, p)] for r in range(p))
             if update and row.update is None:
-                key = (lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
+                # one table serves every vpp, unless the rank's layer kinds follow its virtual stages (a
+                # hybrid pattern, dense layers between MoE ones: planner.memory.symbols_on, dense_layers_on)
+                follows = model.hybrid or (model.moe is not None and model.moe.layer_step > 1)
+                key = (lay if follows else lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
                 if key not in self._updates:
                     upd = {}
                     for r in _positions(p):

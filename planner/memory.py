@@ -11,6 +11,7 @@ References (keys used in comments):
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -38,6 +39,10 @@ __all__ = [
     "stage_params",
     "layer_params",
     "routed_params_per_layer",
+    "symbols_on",
+    "moe_layers_on",
+    "mamba_saved_bytes",
+    "symbol_layer_params",
     "ParamShard",
     "param_shards",
     "moe_routed_bytes",
@@ -250,11 +255,8 @@ def static_memory(
 
 
 def expert_params(model: ModelSpec) -> int:
-    """Parameters of all routed experts (0 for a dense model): MoE layers x E x 3 h f_e."""
-    if model.moe is None:
-        return 0
-    e = model.moe
-    return model.moe_layers * e.num_experts * 3 * model.hidden_size * e.expert_ffn_hidden_size
+    """Parameters of all routed experts (0 for a dense model): MoE layers x routed_params_per_layer."""
+    return model.moe_layers * routed_params_per_layer(model)
 
 
 def moe_static_memory(model: ModelSpec, *, tp: int, pp: int, dp: int, ep: int, etp: int | None = None,
@@ -335,25 +337,35 @@ def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: boo
 
 def _llama_terms(
     b: int, s: float, h: int, a: int, g: int, d: int, f: int, s_kv: float, flash: bool, rope_fusion: bool,
-    qkv_fused: bool = True,
+    qkv_fused: bool = True, fc1: int | None = None, parts: str = "am",
 ) -> list[tuple[float, str]]:
     """Llama layer terms [MemRef §2b]: RMSNorm, RoPE, GQA, SwiGLU, Megatron's fused QKV GEMM.
 
-    Q and the attention output are a*d wide (= h unless kv_channels is set); the residual stream is h."""
+    Q and the attention output are a*d wide (= h unless kv_channels is set); the residual stream is h.
+    fc1: FC1's output width (2 f, SwiGLU's gate and up, unless given). parts: the attention half ('a': its
+    norm, QKV, core and out-proj inputs) and the MLP half ('m'), one each in a hybrid model's layers."""
     sbh, hkv, sbq = s * b * h, g * d, s * b * a * d
+    fc1 = 2 * f if fc1 is None else fc1
     view_penalty = 2 * s * b * (a * d + hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
-    terms = [
-        (2 * sbh, "R"),  # RMSNorm1 input
-        (4 * s * b, "R"),  # RMSNorm1 rstd, fp32
-        (2 * sbh, "G"),  # QKV GEMM input
-        (2 * sbq, "T"),  # Q after RoPE (a new tensor)
-        (2 * sbq, "T"),  # attention output = out-proj GEMM input
-        (2 * sbh, "R"),  # RMSNorm2 input
-        (4 * s * b, "R"),  # RMSNorm2 rstd
-        (2 * sbh, "G"),  # FC1 (gate||up) GEMM input
-        (4 * s * b * f, "T"),  # SwiGLU input (FC1 output, 2f wide)
-        (2 * s * b * f, "T"),  # FC2 input (SwiGLU output)
-    ]
+    terms = []
+    if "a" in parts:
+        terms += [
+            (2 * sbh, "R"),  # RMSNorm1 input
+            (4 * s * b, "R"),  # RMSNorm1 rstd, fp32
+            (2 * sbh, "G"),  # QKV GEMM input
+            (2 * sbq, "T"),  # Q after RoPE (a new tensor)
+            (2 * sbq, "T"),  # attention output = out-proj GEMM input
+        ]
+    if "m" in parts:
+        terms += [
+            (2 * sbh, "R"),  # RMSNorm2 input
+            (4 * s * b, "R"),  # RMSNorm2 rstd
+            (2 * sbh, "G"),  # FC1 (gate||up) GEMM input
+            (2 * s * b * fc1, "T"),  # SwiGLU input (FC1 output, 2f wide; f for squared ReLU)
+            (2 * s * b * f, "T"),  # FC2 input (SwiGLU output)
+        ]
+    if "a" not in parts:
+        return terms
     if not rope_fusion:
         terms.append((8 * s * d, "N"))  # R: unfused RoPE saves bf16 cos/sin per call [MemRef §2b]
     if flash:
@@ -447,6 +459,7 @@ def activation_bytes_per_layer(
     quant_bytes: float = 1.0,
     saved_gather_bytes: float | None = None,
     moe_scores_after_combine: bool = False,
+    symbol: str | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -488,6 +501,8 @@ def activation_bytes_per_layer(
             (moe_routed_bytes: scores_after_combine), not Megatron's.
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
         moe_layer: False for one of an MoE model's leading dense layers (its MLP is ffn_hidden_size).
+        symbol: a hybrid model's layer (HYBRID_SYMBOLS): '*' keeps the attention half's terms, '-' the dense
+            MLP half's, 'E' the MoE half's (its norm, shared and routed experts), 'M' mamba_saved_bytes.
         moe_routing: how the routed tokens fall on the busiest expert rank (TrainingSpec.moe_routing).
         recompute_modules: with recompute='selective', Megatron's --recompute-modules (Layout.
             recomputed_modules); each frees what recompute_module_freed_bytes says.
@@ -520,8 +535,12 @@ def activation_bytes_per_layer(
             raise SpecError("recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
                             f"layers only; {model.name} is not one", "recompute")
         return _op_saved_bytes(b, s_loc, h, a, model.kv_heads, model.head_dim, f, tp, sequence_parallel)
+    act_b = quant_bytes if fp8_inputs else 2
+    if symbol == "M":
+        return mamba_saved_bytes(model, s_loc * b, tp=tp, sp_div=sp_div, act_b=act_b)
+    parts = {None: "am", "*": "a", "-": "m", "E": "m"}[symbol]
     flash = attention == "flash"
-    moe = model.moe if moe_layer else None
+    moe = model.moe if moe_layer and symbol in (None, "E") else None
     if moe is not None:  # the MLP is the shared experts (its FC1 input is also the router's input)
         f = moe.shared_expert_ffn_hidden_size
     if model.family == Family.GPT:
@@ -529,8 +548,9 @@ def activation_bytes_per_layer(
     elif model.mla is not None:
         terms = _mla_terms(b, s_loc, h, a, model.mla, f)
     else:
-        terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion)
-        if model.qk_norm:  # per-head RMSNorms keep their fp32 rstd; their inputs are views of the fused
+        terms = _llama_terms(b, s_loc, h, a, model.kv_heads, model.head_dim, f, s, flash, rope_fusion,
+                             fc1=model.fc1_width(f), parts=parts)
+        if model.qk_norm and "a" in parts:  # per-head RMSNorms keep their fp32 rstd; their inputs are views of the fused
             terms.append((4 * s_loc * b * (a + model.kv_heads), "T"))  # QKV output V already pins
     core = rc == Recompute.SELECTIVE and "core_attn" in recompute_modules  # the attention core re-run
     total = 0.0
@@ -546,16 +566,18 @@ def activation_bytes_per_layer(
         total += nbytes / div
     if fp8_inputs:
         sb, q = s_loc * b, quant_bytes
-        # attention: the QKV (MLA: down-projection) input 2 B -> q, and MLA's up-projection inputs;
-        # the out-proj input is also flash attention's BF16 output (see above)
-        total -= (2 - q) * sb * h / sp_div
-        if model.mla is not None:
-            total -= (2 - q) * sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
-        total += sb * model.attention_out_width / tp * (-(2 - q) if core else q)
-        # MLP: FC1 input 2 B -> q; an MoE layer's norm output stays BF16 for the router, so a
-        # shared-expert FC1 adds a q-byte copy (none without shared experts); FC2 input 2 B -> q
-        total += sb * h / sp_div * (-(2 - q) if moe is None else (q if f else 0))
-        total -= (2 - q) * sb * f / tp
+        if "a" in parts:
+            # attention: the QKV (MLA: down-projection) input 2 B -> q, and MLA's up-projection inputs;
+            # the out-proj input is also flash attention's BF16 output (see above)
+            total -= (2 - q) * sb * h / sp_div
+            if model.mla is not None:
+                total -= (2 - q) * sb * ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank) / sp_div
+            total += sb * model.attention_out_width / tp * (-(2 - q) if core else q)
+        if "m" in parts:
+            # MLP: FC1 input 2 B -> q; an MoE layer's norm output stays BF16 for the router, so a
+            # shared-expert FC1 adds a q-byte copy (none without shared experts); FC2 input 2 B -> q
+            total += sb * h / sp_div * (-(2 - q) if moe is None else (q if f else 0))
+            total -= (2 - q) * sb * f / tp
     if moe is not None:
         total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_routing,
                                   quant_bytes, moe_scores_after_combine)
@@ -563,13 +585,35 @@ def activation_bytes_per_layer(
         total -= recompute_module_freed_bytes(model, b, s_loc, tp=tp, sp_div=sp_div, modules=recompute_modules,
                                               fp8_inputs=fp8_inputs, etp=tp if etp is None else etp,
                                               moe_layer=moe_layer, moe_routing=moe_routing,
-                                              quant_bytes=quant_bytes)
+                                              quant_bytes=quant_bytes, symbol=symbol)
     return total
+
+
+def mamba_saved_bytes(model: ModelSpec, tokens: float, *, tp: int, sp_div: int, act_b: float = 2) -> float:
+    """Bytes one Mamba-2 layer keeps for backward for `tokens` tokens (b s / cp) on one GPU, as megatron-core
+    0.19.2 trains it (use_mamba_mem_eff_path, the default) [ssm/mamba_mixer.py: MambaMixer.forward,
+    _ssm_training; models/hybrid/hybrid_layer_specs.py: in_proj TELayerNormColumnParallelLinear]:
+    - in_proj keeps its input for the fused norm's backward (2 h, R) with the norm's fp32 rstd, and the
+      norm output for the weight gradient (act_b h: BF16, or the quantised copy under FP8), a sequence
+      shard each under SP [TransformerEngine pytorch/module/layernorm_linear.py: _LayerNormLinear.forward];
+    - mamba_split_conv1d_scan_combined keeps (z, x, B, C, dt), the transposed copy of in_proj's output
+      (2 x (2 d_in + 2 G N + H) / tp), and the scan's ungated output out_x (2 d_in / tp); it re-runs the
+      convolution in backward [mamba_ssm ops/triton/ssd_combined.py: MambaSplitConv1dScanCombinedFn.forward,
+      ctx.save_for_backward];
+    - the group RMSNorm keeps its input (2 d_in / tp) and one fp32 rstd per group [mamba_ssm
+      ops/triton/layernorm_gated.py: LayerNormFn.forward];
+    - out_proj keeps its input, the norm's output (act_b d_in / tp).
+    The dt, A and D parameters and the convolution weights are parameters, not activations."""
+    mb, h = model.mamba, model.hidden_size
+    per_shard = (2 * h + 4 + act_b * h) / sp_div
+    per_tp = (2 * mb.in_proj_width + 2 * mb.inner + 2 * mb.inner + 4 * mb.num_groups + act_b * mb.inner) / tp
+    return tokens * (per_shard + per_tp)
 
 
 def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: int, sp_div: int,
                                  modules: tuple[str, ...], fp8_inputs: bool, etp: int, moe_layer: bool,
-                                 moe_routing: MoERouting = BALANCED, quant_bytes: float = 1.0) -> float:
+                                 moe_routing: MoERouting = BALANCED, quant_bytes: float = 1.0,
+                                 symbol: str | None = None) -> float:
     """Bytes of one layer's saved activations that Megatron's output-discarding and module checkpoints
     free, beyond the attention core (megatron-core 0.19.2; 'layernorm', 'moe_act' and 'mla_up_proj' run
     under tensor_parallel.CheckpointWithoutOutput, which drops its output's storage once the consumer has
@@ -585,10 +629,10 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
       the MLP's norm statistics, FC1 input, SwiGLU input and FC2 input [transformer_layer.py: recompute_mlp].
     """
     sb, h, freed = s_loc * b, model.hidden_size, 0.0
-    moe = model.moe if moe_layer else None
+    moe = model.moe if moe_layer and symbol in (None, "E") else None
     act_b = quant_bytes if fp8_inputs else 2  # a TE FP8 (NVFP4) linear's saved input
     if "layernorm" in modules:
-        input_norm, mlp_norm = own_norms(model, moe_layer)
+        input_norm, mlp_norm = own_norms(model, moe_layer, symbol)
         if input_norm:  # MLA's down-projections' saved input
             freed += act_b * sb * h / sp_div
         if mlp_norm:  # the BF16 norm output, and under FP8 the shared experts' 1 B copy
@@ -598,9 +642,9 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
         freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
     if "moe_act" in modules and moe is not None:
         freed += act_b * routed_rows(model, sb / sp_div, etp, moe_routing) * moe.expert_ffn_hidden_size / etp
-    if "mlp" in modules and moe is None and model.family != Family.GPT:
+    if "mlp" in modules and moe is None and model.family != Family.GPT and symbol in (None, "-"):
         f = model.ffn_hidden_size
-        freed += 4 * sb / sp_div + act_b * sb * h / sp_div + 4 * sb * f / tp + act_b * sb * f / tp
+        freed += 4 * sb / sp_div + act_b * sb * h / sp_div + 2 * sb * model.fc1_width(f) / tp + act_b * sb * f / tp
     return freed
 
 
@@ -625,12 +669,15 @@ def routed_rows(model: ModelSpec, tokens: float, etp: int, routing: MoERouting =
     return tokens * e.top_k * etp * routing.share
 
 
-def own_norms(model: ModelSpec, moe_layer: bool = True) -> tuple[bool, bool]:
+def own_norms(model: ModelSpec, moe_layer: bool = True, symbol: str | None = None) -> tuple[bool, bool]:
     """(input norm, pre-MLP norm): whether each of a layer's norms is a module of its own in Megatron's
     Transformer Engine layer, not fused into the linear after it (TELayerNormColumnParallelLinear):
     the input norm before MLA's down-projections, and an MoE layer's pre-MLP norm, whose output feeds
     the router and the shared experts [megatron-core 0.19.2 transformer/transformer_layer.py:
-    TransformerLayer.__init__, IdentityOp norms are skipped by recompute 'layernorm']."""
+    TransformerLayer.__init__, IdentityOp norms are skipped by recompute 'layernorm']. A hybrid model's
+    layer (symbol) has one norm, its own module only in an E layer [models/hybrid/hybrid_layer_specs.py]."""
+    if symbol is not None:
+        return False, symbol == "E"
     return model.mla is not None, model.moe is not None and moe_layer
 
 
@@ -658,7 +705,7 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     e = model.moe
     rows, fe = routed_rows(model, tokens, etp, routing), e.expert_ffn_hidden_size / etp
     act_b = quant_bytes if fp8_inputs else 2
-    experts = act_b * rows * model.hidden_size + 2 * rows * 2 * fe + act_b * rows * fe
+    experts = act_b * rows * model.hidden_size + 2 * rows * model.fc1_width(e.expert_ffn_hidden_size) / etp + act_b * rows * fe
     if scores_after_combine:
         n = tokens * e.top_k  # the rows this rank sent, combined back
         return 4 * tokens * e.num_experts + (8 + 4) * n + 2 * 8 * rows + experts + 2 * n * model.hidden_size
@@ -696,18 +743,50 @@ def stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
 
 
 def routed_params_per_layer(model: ModelSpec) -> int:
-    """Parameters of one MoE layer's routed experts, E x 3 h f_e (SwiGLU); 0 for a dense model."""
+    """Weights of one MoE layer's routed experts, E (fc1_width + 1) h f_e (E x 3 h f_e for SwiGLU); 0 for a
+    dense model."""
     if model.moe is None:
         return 0
-    return model.moe.num_experts * 3 * model.hidden_size * model.moe.expert_ffn_hidden_size
+    fe = model.moe.expert_ffn_hidden_size
+    return model.moe.num_experts * (model.fc1_width(fe) + fe) * model.hidden_size
 
 
 def layer_params(model: ModelSpec) -> int:
     """Parameters of one layer that TP splits and the data-parallel group replicates: the whole layer
-    of a dense model; an MoE layer without its routed experts (attention, norms, router, shared experts)."""
+    of a dense model; an MoE layer without its routed experts (attention, norms, router, shared experts); a
+    hybrid model's largest layer (symbol_layer_params)."""
+    if model.hybrid:
+        return max(symbol_layer_params(model, c) for c in set(model.layer_pattern))
     if model.moe is None:
         return model.params_per_layer
     return model.moe_layer_params[0] - routed_params_per_layer(model)
+
+
+def symbol_layer_params(model: ModelSpec, symbol: str) -> int:
+    """Parameters of one hybrid layer of `symbol` that TP splits and the data-parallel group replicates:
+    ModelSpec.symbol_params less an E layer's routed experts."""
+    return model.symbol_params(symbol)[0] - (routed_params_per_layer(model) if symbol == "E" else 0)
+
+
+def symbols_on(model: ModelSpec, layout: Layout, stage: int) -> dict[str, int]:
+    """A hybrid model's layers on pipeline rank `stage` by symbol (ModelSpec.layer_pattern), counted
+    layer by layer over its virtual stages as dense_layers_on counts interleaved dense layers (the
+    split is fixed: Space.free_split is off for hybrid models); {} for a transformer."""
+    if not model.hybrid:
+        return {}
+    chunks = layout.pipeline_layers
+    if chunks is None:
+        p, v = layout.pp, layout.vpp
+        chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
+    return dict(Counter(model.layer_pattern[j] for j in rank_layer_numbers(chunks, layout.pp, stage)))
+
+
+def moe_layers_on(model: ModelSpec, layout: Layout, stage: int, layers: int) -> int:
+    """MoE layers among the `layers` of pipeline rank `stage`, its MTP depths' included."""
+    if model.moe is None:
+        return 0
+    own = symbols_on(model, layout, stage).get("E", 0) if model.hybrid else layers - dense_layers_on(model, layout, stage)
+    return own + mtp_moe_layers(model, layout, stage)
 
 
 def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
@@ -721,7 +800,7 @@ def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
     layer (ModelSpec.is_moe_layer), over its virtual stages: pipeline_layers', else the layout's split
     (stage_layers; with interleaving, equal chunks: planner.space allows no other), which the search
     therefore does not vary (Space.free_split is off for such models)."""
-    if model.moe is None:
+    if model.moe is None or model.hybrid:  # a hybrid model's layers: symbols_on
         return 0
     if model.moe.layer_step == 1 and layout.pipeline_layers is None:
         return model.moe.first_dense_layers if stage == 0 else 0
@@ -774,7 +853,10 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
     norms, biases and router are < 0.1 % of a layer.
     """
     p, dense = layout.pp, dense_layers_on(model, layout, stage)
-    n = (layers - dense) * layer_params(model) + dense * model.params_per_layer
+    if model.hybrid:
+        n = sum(k * symbol_layer_params(model, c) for c, k in symbols_on(model, layout, stage).items())
+    else:
+        n = (layers - dense) * layer_params(model) + dense * model.params_per_layer
     if stage == 0:
         n += model.embedding_params
     if stage == p - 1:
@@ -821,8 +903,7 @@ def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> t
     dense = ParamShard(stage_params(model, layout, stage, layers), layout.dp * layout.cp, "dpcp")
     if model.moe is None:
         return (dense,)
-    moe_layers = layers - dense_layers_on(model, layout, stage) + mtp_moe_layers(model, layout, stage)
-    experts = moe_layers * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
+    experts = moe_layers_on(model, layout, stage, layers) * routed_params_per_layer(model) / (layout.ep * layout.expert_tp)
     return dense, ParamShard(experts, layout.edp, "edp")
 
 
@@ -1088,7 +1169,7 @@ def linear_params_per_layer(model: ModelSpec) -> int:
     """Weights of one dense layer's linear layers (QKV or MLA's projections, out-proj, FC1 (gate and
     up), FC2); the norms and biases are not FP8."""
     h, f = model.hidden_size, model.ffn_hidden_size
-    up = 2 * f if model.family != Family.GPT else f
+    up = model.fc1_width(f) if model.family != Family.GPT else f
     return _attention_linear(model) + h * up + f * h
 
 
@@ -1107,24 +1188,36 @@ def stage_linear_params(model: ModelSpec, training: TrainingSpec, layout: Layout
     dense layers' included; its BF16 first/last layers, bf16_layers_on, not; the last rank's MTP
     layers, which run under the recipe [megatron-core 0.19.2 transformer/multi_token_prediction.py:
     MultiTokenPredictionLayer.get_inner_quantization_context], included)."""
+    if model.hybrid:  # no BF16 end layers (planner.space)
+        return sum(k * linear_params_per_gpu(model, layout, symbol=c) for c, k in symbols_on(model, layout, stage).items())
     dense = dense_layers_on(model, layout, stage)
     low = layers - bf16_layers_on(model, training, layout, stage)  # BF16 end layers: dense models only (planner.space)
     mtp = model.mtp_layers * linear_params_per_gpu(model, layout, model.mtp_layer_is_moe) if stage == layout.pp - 1 else 0.0
     return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False) + mtp
 
 
-def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True) -> float:
+def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True, symbol: str | None = None) -> float:
     """FP8-capable linear weights of one layer on one GPU: split by tp, but for MLA's duplicated
     down-projections (whole on every rank); an MoE layer's routed experts split by ep x etp and its
     shared experts by tp (the router stays in high precision). moe_layer=False: one of an MoE
-    model's leading dense layers."""
+    model's leading dense layers. symbol: a hybrid model's layer, its one block's linears (a Mamba-2
+    layer's in_proj and out_proj; the convolution and the scan are not GEMMs)."""
     h, tp = model.hidden_size, layout.tp
+    if symbol is not None:
+        if symbol == "M":
+            return h * (model.mamba.in_proj_width + model.mamba.inner) / tp
+        if symbol == "*":
+            return _attention_linear(model) / tp
+        if symbol == "-":
+            return (linear_params_per_layer(model) - _attention_linear(model)) / tp
+        return linear_params_per_gpu(model, layout) - _attention_linear(model) / tp
     dup = model.mla_duplicated_params - ((model.mla.q_lora_rank or 0) + model.mla.kv_lora_rank if model.mla else 0)
     attention = (_attention_linear(model) - dup) / tp + dup
     if model.moe is None or not moe_layer:
         return attention + (linear_params_per_layer(model) - _attention_linear(model)) / tp
     e = model.moe
-    return (attention + 3 * h * e.shared_expert_ffn_hidden_size / tp
+    fs = e.shared_expert_ffn_hidden_size
+    return (attention + (model.fc1_width(fs) + fs) * h / tp
             + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
 
 
@@ -1150,9 +1243,16 @@ def stage_activation_items(
               moe_scores_after_combine=uses_torchtitan(training))
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_layers_on(model, training, layout, stage)
+    symbols = symbols_on(model, layout, stage)  # a hybrid model's layers by kind
 
-    def layer_bytes(rc: str, moe_layer: bool = True) -> float:
-        return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, **kw)
+    def layer_bytes(rc: str, moe_layer: bool = True, symbol: str | None = None) -> float:
+        return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, symbol=symbol, **kw)
+
+    def one_layer(rc: str) -> float:
+        """The most one of the rank's layers keeps with `rc`."""
+        if symbols:
+            return max(layer_bytes(rc, symbol=c) for c in symbols)
+        return max(layer_bytes(rc), layer_bytes(rc, False) if dense else 0.0)
 
     def bf16_extra(rc: str) -> float:
         """What one of the rank's BF16 first/last layers saves beyond a low-precision one (its linears'
@@ -1163,7 +1263,10 @@ def stage_activation_items(
 
     def kept(rc: str, first: int) -> float:
         """Bytes for one micro-batch of the rank's layers from index `first` on, with `rc`: its leading
-        dense layers come first."""
+        dense layers come first. ASSUMPTION: a hybrid rank's layers from `first` on are its layer kinds in
+        the proportions of all of them (exact without a partial full recompute)."""
+        if symbols:
+            return (layers - first) / layers * sum(k * layer_bytes(rc, symbol=c) for c, k in symbols.items())
         d = max(0, dense - first)
         return (layers - first - d) * layer_bytes(rc) + (d * layer_bytes(rc, False) if d else 0.0)
 
@@ -1180,8 +1283,7 @@ def stage_activation_items(
         per_mb += bf16 * bf16_extra("full" if layout.recompute_num_layers is None else "none")
         items.append(MemoryItem("activations", flight * per_mb, f"{flight:g} micro-batches in flight"))
         if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
-            peak = max(layer_bytes("none"), layer_bytes("none", False) if dense else 0.0,
-                       layer_bytes("none") + bf16_extra("none") if bf16 else 0.0)
+            peak = max(one_layer("none"), layer_bytes("none") + bf16_extra("none") if bf16 else 0.0)
             items.append(MemoryItem("recompute_peak", peak, "one layer re-materialised in backward"))
     else:
         rc = layout.recompute.value
@@ -1195,7 +1297,7 @@ def stage_activation_items(
         # layer L-1-j and frees each backward layer after its pair: one layer more than a micro-batch
         # [megatron-core 0.19.2 models/common/model_chunk_schedule_plan.py:
         # TransformerModelChunkSchedulePlan.run: get_layer(i) with pop_layer(), then release_state()]
-        one = max(layer_bytes(layout.recompute.value), layer_bytes(layout.recompute.value, False) if dense else 0.0)
+        one = one_layer(layout.recompute.value)
         items.append(MemoryItem("ep_overlap_layer", one, "the next micro-batch's layer beside the backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1

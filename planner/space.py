@@ -11,7 +11,7 @@ from planner.deepspeed_engine import pipeline_split as deepspeed_pipeline_split
 from planner.deepspeed_engine import uses_deepspeed, zero0_runs
 from planner.deepspeed_engine import wrapper as deepspeed_wrapper
 from planner.errors import InvalidLayout, PlannerError, SpecError
-from planner.memory import dense_layers_on, stage_layers
+from planner.memory import dense_layers_on, stage_layers, symbols_on
 from planner.specs import MAX_GPUS, ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.torchtitan_engine import DEFAULT_END_WEIGHTS, MAX_END_WEIGHT, end_weights, rank_splits, unbuilt_features, uses_torchtitan
 from planner.torchtitan_engine import KERNELS as TORCHTITAN_KERNELS
@@ -108,6 +108,8 @@ def layout_problems(
     if lay.overlap_p2p and lay.vpp == 1:
         bad.append("overlap_p2p needs the interleaved schedule (vpp > 1)")
     bad += _expert_problems(model, training, lay, zero_rules)
+    if model.hybrid:
+        bad += _hybrid_problems(model, training, lay)
     if training.optimizer_offload and lay.zero_stage not in offload_zero_stages(training) and zero_rules:
         bad.append(f"optimizer_offload needs {_offload_optimizer(training)}, got zero_stage {lay.zero_stage}")
     if training.optimizer_offload and uses_torchtitan(training) and pp > 1:
@@ -139,6 +141,36 @@ def layout_problems(
         m = num_microbatches(training, lay)
         if m < pp or m % pp:
             bad.append(f"interleaved schedule: num_microbatches({m}) must be a multiple of pp({pp})")
+    return bad
+
+
+def _hybrid_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
+    """What a hybrid (layer_pattern) model runs and the planner prices: Megatron's hybrid stack only
+    (megatron-core 0.19.2 models/hybrid), its Mamba-2 heads and groups split over TP (ssm/mamba_mixer.py:
+    MambaMixer.__init__ asserts nheads % tp and ngroups % tp; under FP8 in_proj's output width a multiple of
+    16), without what the hybrid cost terms leave out (CP's Mamba all-to-alls, ZeRO-3, TP overlap, BF16 end
+    layers)."""
+    mb, bad = model.mamba, []
+    if uses_deepspeed(training) or uses_torchtitan(training):
+        bad.append(f"{model.name}: hybrid Mamba-2 models run on Megatron's hybrid stack only, not "
+                   f"{training.optimizer_impl}")
+    if mb is not None:
+        if mb.num_heads % lay.tp or mb.num_groups % lay.tp:
+            bad.append(f"mamba num_heads({mb.num_heads}) and num_groups({mb.num_groups}) must both divide by tp({lay.tp})")
+        if training.fp8 is not None and mb.in_proj_width % 16:
+            bad.append(f"FP8 needs the Mamba-2 in_proj width 2 d_in + 2 G N + H = {mb.in_proj_width} to be a multiple of 16")
+    if lay.cp > 1:
+        bad.append(f"cp({lay.cp}) > 1 with Mamba-2 layers is not priced (their context-parallel all-to-alls)")
+    if lay.zero_stage == 3:
+        bad.append("zero_stage 3 with a hybrid model is not priced")
+    if lay.tp_comm_overlap:
+        bad.append("tp_comm_overlap with a hybrid model is not priced")
+    if any(training.bf16_end_layers):
+        bad.append("bf16_first_layers / bf16_last_layers with a hybrid model are not priced")
+    if lay.vpp > 1 and lay.pipeline_layers is None and (lay.first_stage_layers is not None
+                                                        or lay.last_stage_layers is not None):
+        bad.append("a hybrid model with interleaving and uneven first/last stages: give pipeline_layers "
+                   "(which virtual stage holds which layers)")
     return bad
 
 
@@ -306,6 +338,8 @@ def _middle_ranks_differ(model: ModelSpec, lay: Layout) -> bool:
     """Whether the even split gives the middle pipeline ranks different dense-layer counts (dense
     layers between MoE ones, MoESpec.layer_step, with chunks not aligned to the pattern): the search
     prices every middle rank as one (cpsat._positions), so such shapes are left to evaluate."""
+    if model.hybrid and lay.pp >= 4:
+        return len({tuple(sorted(symbols_on(model, lay, r).items())) for r in range(1, lay.pp - 1)}) > 1
     if model.moe is None or model.moe.layer_step == 1 or lay.pp < 4:
         return False
     return len({dense_layers_on(model, lay, r) for r in range(1, lay.pp - 1)}) > 1
@@ -1040,7 +1074,7 @@ def build_space(
         constraints["micro_batch_size"] = (1, MAX_MICRO_BATCH)
     # NVLink is a hard rule: aligned TP groups stay in one domain iff tp divides the domain size
     tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
-    max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" else 1
+    max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" and not model.hybrid else 1  # _hybrid_problems
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
     # DeepSpeed's engine places the layers itself: its split only (deepspeed_engine.pipeline_split)
     engine_split = uses_deepspeed(training)
@@ -1049,7 +1083,8 @@ def build_space(
     uneven = constraints.get("uneven_stages", True) is not False
     # dense layers interleaved with MoE ones: a rank's dense count depends on where its layers fall,
     # which the rows (affine in the rank's layer count) cannot follow: the even split only
-    interleaved = model.moe is not None and model.moe.layer_step > 1
+    # (so do a hybrid model's layer kinds)
+    interleaved = (model.moe is not None and model.moe.layer_step > 1) or model.hybrid
     free = uneven and not engine_split and not titan_split and not interleaved
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None
@@ -1140,9 +1175,10 @@ def build_space(
     recomputes = {k: _recomputes(L, k[0], k[1], constraints, rc_modes, modules) for k in keys}
     titan_moe = moe and uses_torchtitan(training)  # FSDP2 shards its experts (_torchtitan_expert_problems)
     zeros = {pp: tuple(z for z in zero_stages(framework, pp, training) if _allowed("zero_stage", z, constraints)
-                       and (z == 3 or not titan_moe))
+                       and (z == 3 or not titan_moe) and not (z == 3 and model.hybrid))  # _hybrid_problems
              for pp in {sh.pp for sh in shapes}}
-    space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework, not moe, training,
+    space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework,
+                  not moe and not model.hybrid, training,
                   engine_weights=uneven)
     if free:
         return space

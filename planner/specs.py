@@ -33,6 +33,8 @@ __all__ = [
     "BALANCED",
     "MoESpec",
     "MLASpec",
+    "MambaSpec",
+    "HYBRID_SYMBOLS",
     "Calibration",
     "ClusterSpec",
     "TrainingSpec",
@@ -279,6 +281,61 @@ class MLASpec(_Spec):
     """Per-head V width."""
 
 
+MAMBA_CONV_KERNEL = 4
+"""Width of the Mamba-2 mixer's causal depthwise convolution (megatron-core 0.19.2 ssm/mamba_mixer.py:
+MambaMixer.__init__, d_conv=4; not a command-line option)."""
+
+HYBRID_SYMBOLS = {"M": "Mamba-2 mixer", "*": "attention", "-": "dense MLP", "E": "MoE"}
+"""The layer symbols of Megatron's --hybrid-layer-pattern the planner prices, one layer each (megatron-core
+0.19.2 models/hybrid/hybrid_layer_allocation.py: Symbols). Each is a layer of its own with one norm:
+fused into the first linear for M, * and - (TELayerNormColumnParallelLinear), a TENorm before E's router
+[models/hybrid/hybrid_layer_specs.py: hybrid_stack_spec]."""
+
+
+class MambaSpec(_Spec):
+    """The Mamba-2 mixer of a hybrid model's 'M' layers [megatron-core 0.19.2 ssm/mamba_mixer.py: MambaMixer;
+    Dao & Gu 2024, Mamba-2 §7]: in_proj h -> (z, x, B, C, dt) of 2 d_in + 2 G N + H, a causal depthwise
+    convolution over (x, B, C), the chunked SSD scan, a gated group RMSNorm over d_in, out_proj d_in -> h;
+    d_in = H P."""
+
+    num_heads: _count(MAX_HEADS)
+    """SSM heads H (Megatron --mamba-num-heads; HF mamba_num_heads)."""
+    head_dim: _count(MAX_WIDTH)
+    """Channels per head P (--mamba-head-dim; HF mamba_head_dim)."""
+    state_dim: _count(MAX_WIDTH)
+    """State size N (--mamba-state-dim; HF ssm_state_size)."""
+    num_groups: _count(MAX_HEADS)
+    """Groups G sharing one B and C (--mamba-num-groups; HF n_groups)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MambaSpec:
+        if self.num_heads % self.num_groups:
+            raise ValueError(f"num_groups: num_groups ({self.num_groups}) must divide num_heads ({self.num_heads})")
+        return self
+
+    @property
+    def inner(self) -> int:
+        """d_in = H P, the width of x, z and the scan's output."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def in_proj_width(self) -> int:
+        """in_proj's output: z and x (d_in each), B and C (G N each), dt (H)."""
+        return 2 * self.inner + 2 * self.num_groups * self.state_dim + self.num_heads
+
+    @property
+    def conv_width(self) -> int:
+        """Channels of the convolution: x, B and C."""
+        return self.inner + 2 * self.num_groups * self.state_dim
+
+    def mixer_params(self, h: int) -> int:
+        """Parameters of one mixer on a width-h model: in_proj and out_proj (no biases), the convolution's
+        weight and bias, dt_bias, A_log and D (one per head) and the gated norm's d_in weight
+        [MambaMixer.__init__]; the layer's input norm is fused into in_proj and counted by the caller."""
+        return (h * (self.in_proj_width + self.inner) + self.conv_width * (MAMBA_CONV_KERNEL + 1)
+                + 3 * self.num_heads + self.inner)
+
+
 class ModelSpec(_Spec):
     """A decoder-only transformer: dense, or with Mixture-of-Experts MLPs, multi-latent attention and
     multi-token prediction depths. The parameter count is derived, never stored."""
@@ -302,8 +359,9 @@ class ModelSpec(_Spec):
     """MLP inner width f (per branch for SwiGLU)."""
     vocab_size: _count(MAX_VOCAB)
     """Vocabulary size V (as trained, before any padding)."""
-    position_embedding: Literal["learned", "rope"] | None = None
-    """'learned' (a position table, GPT default) or 'rope' (rotary, no parameters; Llama default)."""
+    position_embedding: Literal["learned", "rope", "none"] | None = None
+    """'learned' (a position table, GPT default), 'rope' (rotary, no parameters; Llama default) or 'none'
+    (no positional signal beside the Mamba layers' order: Nemotron-H; Megatron --position-embedding-type none)."""
     max_position_embeddings: _count(MAX_SEQ) | None = None
     """Learned position table size; needed only with learned positions."""
     tied_embeddings: Bool = False
@@ -330,10 +388,12 @@ class ModelSpec(_Spec):
     linear_bias: Bool = False
     """Llama family only: every linear layer has a bias: Q/K/V, the out-projection, each MLP or expert
     projection and the router (GPT-OSS; Megatron's add_bias_linear, on unless --disable-bias-linear)."""
-    activation: Literal["swiglu", "clamped-quick-geglu"] = "swiglu"
-    """Llama family only: the gated MLP's activation. 'clamped-quick-geglu' is GPT-OSS's
+    activation: Literal["swiglu", "clamped-quick-geglu", "squared-relu"] = "swiglu"
+    """Llama family only: the MLP's activation. 'clamped-quick-geglu' is GPT-OSS's
     (x * sigmoid(1.702 x)) * (y + 1), inputs clamped to 7 (Megatron --quick-geglu --glu-linear-offset 1
-    --activation-func-clamp-value 7). Same three projections and the same cost as SwiGLU."""
+    --activation-func-clamp-value 7): same three projections and the same cost as SwiGLU. 'squared-relu'
+    is relu(x)^2 without a gate (Nemotron-H; Megatron --squared-relu): two projections, FC1 f wide
+    [megatron-core 0.19.2 activations.py: squared_relu]."""
     dropout: Bool | None = None
     """Hidden, attention and embedding dropout during training (Megatron's defaults, 0.1): None = the
     family's (on for 'gpt', off for 'llama'); False for GPT layers trained without it (MPT: its
@@ -352,6 +412,12 @@ class ModelSpec(_Spec):
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
     """Multi-latent attention (llama family); None = (grouped-query) multi-head attention."""
+    layer_pattern: Annotated[str, Field(min_length=1, max_length=MAX_LAYERS)] | None = None
+    """A hybrid model's layers, one symbol each (HYBRID_SYMBOLS: M Mamba-2, * attention, - dense MLP, E MoE),
+    in order; Megatron's --hybrid-layer-pattern (Nemotron-H: 'M-M-M-...', Nemotron-3 Nano 'MEMEM*E...').
+    Its length is num_layers. None: every layer is attention + MLP (a transformer)."""
+    mamba: MambaSpec | None = None
+    """The Mamba-2 mixer of the pattern's M layers (with layer_pattern)."""
     sources: list[dict[str, Any]] = Field(default_factory=list, repr=False)
     """Where the numbers come from (catalog files)."""
     provenance: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -389,6 +455,8 @@ class ModelSpec(_Spec):
             raise ValueError("sliding_window: windowed multi-latent attention is not modelled")
         if self.linear_bias and self.qkv_bias:
             raise ValueError("qkv_bias: linear_bias already puts a bias on Q/K/V; set one of them")
+        if self.layer_pattern is not None:
+            self._check_pattern()
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(f"moe: first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})")
         if self.moe is not None and (self.num_layers - self.moe.first_dense_layers) % self.moe.layer_step:
@@ -396,10 +464,52 @@ class ModelSpec(_Spec):
                              f"ones ({self.num_layers} - {self.moe.first_dense_layers}), so the pattern ends on an MoE layer")
         return self
 
+    def _check_pattern(self) -> None:
+        pat = self.layer_pattern
+        if bad := sorted(set(pat) - set(HYBRID_SYMBOLS)):
+            raise ValueError(f"layer_pattern: symbols {''.join(bad)!r} are not priced (one of "
+                             f"{', '.join(f'{k} {v}' for k, v in HYBRID_SYMBOLS.items())}; pipe and MTP separators: "
+                             "the layout places stages)")
+        if len(pat) != self.num_layers:
+            raise ValueError(f"layer_pattern: {len(pat)} symbols, but num_layers is {self.num_layers}")
+        if ("M" in pat) != (self.mamba is not None):
+            raise ValueError("mamba: set it exactly when layer_pattern has M (Mamba-2) layers")
+        if ("E" in pat) != (self.moe is not None):
+            raise ValueError("moe: set it exactly when layer_pattern has E (MoE) layers")
+        if self.family != Family.LLAMA:
+            raise ValueError("layer_pattern: hybrid models are priced for the 'llama' family (RMSNorm, no biases)")
+        if self.moe is not None and (self.moe.first_dense_layers or self.moe.layer_step > 1):
+            raise ValueError("moe: with layer_pattern the pattern places the MoE layers; leave first_dense_layers "
+                             "and layer_step at their defaults")
+        for name in ("mla", "sliding_window", "attention_chunk", "mtp_layers", "linear_bias", "attention_sinks"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: not priced in a hybrid (layer_pattern) model")
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether the layers follow a layer_pattern (Mamba-2 / attention / MLP / MoE layers of their own)."""
+        return self.layer_pattern is not None
+
+    def layer_symbol(self, i: int) -> str | None:
+        """Layer i's (0-based) HYBRID_SYMBOLS symbol in a hybrid model; None in a transformer."""
+        return self.layer_pattern[i] if self.layer_pattern is not None else None
+
+    @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (FC1 computes gate and up, 2 f wide): every activation but squared-relu."""
+        return self.activation != "squared-relu"
+
+    def fc1_width(self, ffn: int) -> int:
+        """FC1's output width for an MLP (or expert) of inner width ffn: 2 ffn gated, ffn otherwise."""
+        return 2 * ffn if self.gated else ffn
+
     def is_moe_layer(self, i: int) -> bool:
-        """Whether layer i (0-based) has an MoE MLP (MoESpec.first_dense_layers, layer_step)."""
+        """Whether layer i (0-based) has an MoE MLP (MoESpec.first_dense_layers, layer_step; a hybrid
+        model's E layers)."""
         if self.moe is None:
             return False
+        if self.layer_pattern is not None:
+            return self.layer_pattern[i] == "E"
         k, step = self.moe.first_dense_layers, self.moe.layer_step
         return i >= k and (i - k + 1) % step == 0
 
@@ -408,6 +518,8 @@ class ModelSpec(_Spec):
         """Layers with an MoE MLP (0 for a dense model)."""
         if self.moe is None:
             return 0
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("E")
         return (self.num_layers - self.moe.first_dense_layers) // self.moe.layer_step
 
     @cached_property
@@ -447,10 +559,10 @@ class ModelSpec(_Spec):
         return self.dropout if self.dropout is not None else self.family == Family.GPT
 
     def mlp_params(self, ffn: int) -> int:
-        """One gated MLP (or expert) of inner width ffn: gate, up, down (3 h f), plus the biases of
-        its two projections (2 f + h) with linear_bias."""
-        h = self.hidden_size
-        return 3 * h * ffn + ((2 * ffn + h) if self.linear_bias else 0)
+        """One MLP (or expert) of inner width ffn: FC1 (gate and up, 2 h f; h f ungated) and FC2 (h f),
+        plus their biases (fc1_width + h) with linear_bias."""
+        h, fc1 = self.hidden_size, self.fc1_width(ffn)
+        return (fc1 + ffn) * h + ((fc1 + h) if self.linear_bias else 0)
 
     @cached_property
     def megatron_only(self) -> tuple[str, ...]:
@@ -462,7 +574,8 @@ class ModelSpec(_Spec):
             ("Q/K norms (qk_norm)", self.qk_norm), ("sliding-window attention (sliding_window)", self.sliding_window is not None),
             ("attention sinks (attention_sinks)", self.attention_sinks), ("linear biases (linear_bias)", self.linear_bias),
             (f"the {self.activation} activation (activation)", self.activation != "swiglu"),
-            ("multi-token prediction (mtp_layers)", self.mtp_layers > 0)) if on)
+            ("multi-token prediction (mtp_layers)", self.mtp_layers > 0),
+            ("Mamba-2 hybrid layers (layer_pattern)", self.layer_pattern is not None)) if on)
 
     @cached_property
     def windowed_layers(self) -> int:
@@ -481,13 +594,30 @@ class ModelSpec(_Spec):
         and the shared experts."""
         if self.moe is None:
             raise ValueError("moe_layer_params: a dense model has no MoE layers")
+        total, active = self._moe_block_params
+        base = self.attention_params + self.hidden_size
+        return base + total, base + active
+
+    @cached_property
+    def _moe_block_params(self) -> tuple[int, int]:
+        """(total, active) parameters of an MoE block: its pre-MLP norm, the router, the shared and the
+        routed experts (a hybrid model's E layer)."""
         h, e = self.hidden_size, self.moe
         router = h * e.num_experts + (e.num_experts if self.linear_bias else 0)
         shared = self.mlp_params(e.shared_expert_ffn_hidden_size) if e.shared_expert_ffn_hidden_size else 0
         shared += h if e.shared_expert_gate else 0
-        base = self.attention_params + 2 * h + router + shared
+        base = h + router + shared
         expert = self.mlp_params(e.expert_ffn_hidden_size)
         return base + e.num_experts * expert, base + e.top_k * expert
+
+    def symbol_params(self, symbol: str) -> tuple[int, int]:
+        """(total, active) parameters of one hybrid layer of HYBRID_SYMBOLS `symbol`, its norm included."""
+        h = self.hidden_size
+        if symbol == "E":
+            return self._moe_block_params
+        n = h + {"M": lambda: self.mamba.mixer_params(h), "*": lambda: self.attention_params,
+                 "-": lambda: self.mlp_params(self.ffn_hidden_size)}[symbol]()
+        return n, n
 
     @cached_property
     def mtp_layer_is_moe(self) -> bool:
@@ -512,6 +642,9 @@ class ModelSpec(_Spec):
     @cached_property
     def active_params(self) -> int:
         """Parameters one token uses (all of them for a dense model)."""
+        if self.layer_pattern is not None:
+            return (sum(self.symbol_params(c)[1] for c in self.layer_pattern)
+                    + self.embedding_params + self.output_params)
         if self.moe is None:
             return self.num_params
         return (self.dense_layers * self.params_per_layer + self.moe_layers * self.moe_layer_params[1]
@@ -605,8 +738,11 @@ class ModelSpec(_Spec):
     @cached_property
     def num_params(self) -> int:
         """Total parameter count Psi (derived from the shape). params_per_layer is a dense layer's;
-        with MoE the MoE layers (moe_layers) count moe_layer_params instead."""
-        if self.moe is not None:
+        with MoE the MoE layers (moe_layers) count moe_layer_params instead; a hybrid model's layers count
+        symbol_params."""
+        if self.layer_pattern is not None:
+            layers = sum(self.symbol_params(c)[0] for c in self.layer_pattern)
+        elif self.moe is not None:
             layers = self.dense_layers * self.params_per_layer + self.moe_layers * self.moe_layer_params[0]
         else:
             layers = self.num_layers * self.params_per_layer

@@ -100,6 +100,9 @@ def _validate(p: dict) -> dict:
                 # the ranks that build the MTP depths, by Megatron's own rule (layout, else the last stage)
                 if cfg.mtp_num_layers and mtp_on_this_rank(cfg.pipeline_model_parallel_layout, cfg.mtp_num_layers):
                     mtp_ranks.append(r)
+            hybrid = None
+            if getattr(args, "hybrid_layer_pattern", None):  # a hybrid stack's layers per rank, by its own rule
+                split, hybrid = _hybrid_split(args, vpp)
             stage = "attention"  # which layers Megatron windows, by its own rule
             from megatron.core.transformer.utils import is_layer_window_attention
 
@@ -120,6 +123,11 @@ def _validate(p: dict) -> dict:
                "sequence_parallel": bool(args.sequence_parallel), "micro_batch_size": args.micro_batch_size,
                "global_batch_size": args.global_batch_size, "num_microbatches": m,
                "recompute_granularity": args.recompute_granularity, "layers_per_rank": split,
+               # a hybrid model's layer symbols on each rank's virtual stages (None for GPTModel)
+               "hybrid_layers": hybrid,
+               "mamba": [cfg.mamba_num_heads, cfg.mamba_head_dim, cfg.mamba_state_dim, cfg.mamba_num_groups]
+               if hybrid is not None else None,
+               "position_embedding_type": args.position_embedding_type, "spec": args.spec,
                "recompute_modules": sorted(cfg.recompute_modules or []) if args.recompute_granularity == "selective" else None,
                "num_experts": args.num_experts, "moe_router_topk": args.moe_router_topk if args.num_experts else None,
                # 1 for an MoE layer, as TransformerConfig holds it (an int: every n-th from layer 0)
@@ -162,6 +170,28 @@ def _validate(p: dict) -> dict:
                "optimizer_offload_fraction": getattr(args, "optimizer_offload_fraction", None),
                "overlap_cpu_optimizer_d2h_h2d": bool(getattr(args, "overlap_cpu_optimizer_d2h_h2d", False))}
     return {"ok": True, "stage": "done", "message": "", "details": details}
+
+
+def _hybrid_split(args, vpp) -> tuple[list[list[int]], list[list[str]]]:
+    """Layer counts and symbols of each pipeline rank's virtual stages as HybridModel selects them
+    (megatron-core models/hybrid/hybrid_layer_allocation.py: select_pipeline_segment, which asks torch for
+    the rank and size of the pipeline group: answered per rank here, as the fake group has one rank)."""
+    import torch.distributed as dist
+    from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern, select_pipeline_segment
+
+    main = parse_hybrid_pattern(args.hybrid_layer_pattern).main_pattern
+    pp, asked = args.pipeline_model_parallel_size, (dist.get_rank, dist.get_world_size)
+    symbols = []
+    try:
+        for r in range(pp):
+            dist.get_rank = lambda group=None, r=r: r
+            dist.get_world_size = lambda group=None: pp
+            symbols.append(["".join(select_pipeline_segment(
+                main, object(), v if vpp else None, args.decoder_first_pipeline_num_layers,
+                args.decoder_last_pipeline_num_layers)[0]) for v in range(vpp or 1)])
+    finally:
+        dist.get_rank, dist.get_world_size = asked
+    return [[len(x) for x in row] for row in symbols], symbols
 
 
 def _start(p: dict, env: dict) -> tuple[int, int]:

@@ -11,13 +11,13 @@ import shlex
 
 from planner.emit import LaunchFiles, dump_json, refuse_other_engine, refuse_unemitted, script_word
 from planner.errors import PlannerError
-from planner.memory import TE_FP8_RECIPES
+from planner.memory import TE_FP8_RECIPES, stage_layers
 from planner.pipeline_layout import layout_string as pipeline_layout_string
 from planner.plans import Plan
 from planner.specs import Family, Recompute
 
 __all__ = ["megatron_args", "megatron_env", "to_megatron", "pipeline_layout_string", "moe_layer_pattern",
-           "MEGATRON_VERSION"]
+           "hybrid_pattern", "training_script", "HYBRID_SPEC", "MEGATRON_VERSION"]
 
 MEGATRON_VERSION = "megatron-core 0.19.2"
 MASTER_PORT = 29500
@@ -36,8 +36,41 @@ def moe_layer_pattern(model) -> str:
     return "(" + "+".join(parts) + ")"
 
 
+HYBRID_SPEC = ("megatron.core.models.hybrid.hybrid_layer_specs", "hybrid_stack_spec")
+"""The layer spec pretrain_hybrid.py builds a hybrid model from (--spec module attribute): Transformer Engine
+linears and norms, the Mamba-2 mixer, attention, MLP and MoE layers the cost model prices [megatron-core 0.19.2
+models/hybrid/hybrid_layer_specs.py: hybrid_stack_spec; Megatron-LM hybrid_builders.py: hybrid_builder
+requires --spec]."""
+
+
+def training_script(model) -> str:
+    """Megatron-LM's entry point for the model: pretrain_hybrid.py for a hybrid (layer_pattern) model,
+    pretrain_gpt.py otherwise (pretrain_mamba.py is its deprecated wrapper)."""
+    return "pretrain_hybrid.py" if model.hybrid else "pretrain_gpt.py"
+
+
+def hybrid_pattern(plan: Plan) -> str:
+    """--hybrid-layer-pattern for the plan: the model's layer symbols, with a '|' between virtual pipeline
+    stages when pp > 1 (Megatron derives the stage layout and the interleaving from the pipes and takes
+    no --pipeline-model-parallel-layout, --num-virtual-stages-per-pipeline-rank or, with pipes, uneven
+    first/last counts beside them [megatron-core 0.19.2 training/arguments.py: validate_args,
+    get_hybrid_total_pipeline_segment_count]). The stages hold the layers planner.memory.symbols_on
+    counts: pipeline_layers, else stage_layers, else equal chunks."""
+    m, lay = plan.model, plan.layout
+    if lay.pp == 1:
+        return m.layer_pattern
+    chunks = lay.pipeline_layers
+    if chunks is None:
+        chunks = stage_layers(m, lay) if lay.vpp == 1 else [m.num_layers // (lay.pp * lay.vpp)] * (lay.pp * lay.vpp)
+    parts, start = [], 0
+    for n in chunks:
+        parts.append(m.layer_pattern[start:start + n])
+        start += n
+    return "|".join(parts)
+
+
 def megatron_args(plan: Plan) -> list[str]:
-    """The pretrain_gpt.py argument list for the plan (deterministic order)."""
+    """The pretrain_gpt.py (pretrain_hybrid.py: training_script) argument list for the plan (deterministic order)."""
     refuse_unemitted(plan, "Megatron")
     m, t, lay = plan.model, plan.training, plan.layout
     a: list[str] = [
@@ -54,7 +87,7 @@ def megatron_args(plan: Plan) -> list[str]:
         # GPT-OSS's GLU: quick-GELU gate, +1 on the linear half, inputs clamped to 7 [megatron-core 0.19.2
         # transformer_config.py: glu_linear_offset, activation_func_clamp_value; Megatron-Bridge
         # models/gpt_oss/gpt_oss_bridge.py: GPTOSSBridge.provider_bridge]
-        a += (["--swiglu"] if m.activation == "swiglu" else
+        a += (["--swiglu"] if m.activation == "swiglu" else ["--squared-relu"] if m.activation == "squared-relu" else
               ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0"])
         a += ["--normalization", "RMSNorm"] + ([] if m.linear_bias else ["--disable-bias-linear"])
         if m.qk_norm:
@@ -76,9 +109,15 @@ def megatron_args(plan: Plan) -> list[str]:
               "--qk-pos-emb-head-dim", str(ml.qk_rope_head_dim), "--v-head-dim", str(ml.v_head_dim)]
         if ml.q_lora_rank is not None:
             a += ["--q-lora-rank", str(ml.q_lora_rank)]
+    if m.hybrid:  # one word: a pattern may start with '-', which argparse would read as a flag
+        mb = m.mamba
+        a += [f"--hybrid-layer-pattern={hybrid_pattern(plan)}", "--spec", *HYBRID_SPEC]
+        if mb is not None:  # priced by planner.cost (mamba_gemm_flops, mamba_scan_time), memory.mamba_saved_bytes
+            a += ["--mamba-num-heads", str(mb.num_heads), "--mamba-head-dim", str(mb.head_dim),
+                  "--mamba-state-dim", str(mb.state_dim), "--mamba-num-groups", str(mb.num_groups)]
     if m.moe is not None:  # the leading dense layers (ffn_hidden_size), then MoE layers, or every layer_step-th
         e = m.moe
-        if e.first_dense_layers or e.layer_step > 1:  # Megatron evaluates the string into a per-layer 0/1 list
+        if (e.first_dense_layers or e.layer_step > 1) and not m.hybrid:  # Megatron evaluates the string into a per-layer 0/1 list
             a += ["--moe-layer-freq", moe_layer_pattern(m)]
         # priced as planner.cost.moe_time prices it: the all-to-all, all-gather or DeepEP dispatcher, dropless
         # (Megatron's default capacity None) unless the workload drops tokens, TE grouped GEMMs over the local
@@ -110,8 +149,8 @@ def megatron_args(plan: Plan) -> list[str]:
     if m.mtp_layers:  # on the last rank (Megatron's place without a layout; the layout string puts 'm' there),
         # priced by planner.cost.mtp_head_time and the last rank's MTP layer terms, held in the ledger's mtp item
         a += ["--mtp-num-layers", str(m.mtp_layers)]
-    if m.positions == "rope":
-        a += ["--position-embedding-type", "rope"]
+    if m.positions in ("rope", "none"):
+        a += ["--position-embedding-type", m.positions]
     if not m.tied_embeddings:
         a += ["--untie-embeddings-and-output-weights"]
     max_pos = max(t.seq_length, m.max_position_embeddings or 0)
@@ -122,7 +161,9 @@ def megatron_args(plan: Plan) -> list[str]:
         "--tensor-model-parallel-size", str(lay.tp), "--pipeline-model-parallel-size", str(lay.pp),
         "--context-parallel-size", str(lay.cp),
     ]
-    if lay.pipeline_layers is not None:  # any split, with the embedding and the loss as items
+    if m.hybrid:  # the stages are the pattern's pipes (hybrid_pattern)
+        pass
+    elif lay.pipeline_layers is not None:  # any split, with the embedding and the loss as items
         a += ["--pipeline-model-parallel-layout", pipeline_layout_string(lay.pipeline_layers, m.mtp_layers)]
     elif lay.vpp > 1:
         a += ["--num-virtual-stages-per-pipeline-rank", str(lay.vpp)]
@@ -130,9 +171,9 @@ def megatron_args(plan: Plan) -> list[str]:
         if lay.pp == 2:
             raise PlannerError("Megatron: interleaving without p2p overlap needs pp > 2 (validate_args)")
         a += ["--no-overlap-p2p-communication"]
-    if lay.first_stage_layers is not None:
+    if lay.first_stage_layers is not None and not m.hybrid:
         a += ["--decoder-first-pipeline-num-layers", str(lay.first_stage_layers)]
-    if lay.last_stage_layers is not None:
+    if lay.last_stage_layers is not None and not m.hybrid:
         a += ["--decoder-last-pipeline-num-layers", str(lay.last_stage_layers)]
     if lay.sequence_parallel and lay.tp > 1:
         a += ["--sequence-parallel"]
@@ -246,7 +287,7 @@ def _script(plan: Plan, args: list[str], env: dict[str, str], slurm: bool) -> st
     else:
         lines += [f"torchrun --nnodes {c.num_nodes} --nproc-per-node {c.gpus_per_node} \\",
                   f'  --node-rank "${{NODE_RANK:-0}}" --master-addr "${{MASTER_ADDR:-localhost}}" --master-port {MASTER_PORT} \\']
-    lines.append('  "$MEGATRON_LM/pretrain_gpt.py" \\')
+    lines.append(f'  "$MEGATRON_LM/{training_script(plan.model)}" \\')
     pairs, i = [], 0
     while i < len(args):  # one flag (with its value) per line, every word quoted where it needs it
         if i + 1 < len(args) and not args[i + 1].startswith("--"):
