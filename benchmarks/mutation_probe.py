@@ -407,6 +407,30 @@ MUTANTS = [
      "torchtitan MoE: the combined rows its scores weigh not kept"),
     ("planner/memory.py", "moe_scores_after_combine=uses_torchtitan(training))", "moe_scores_after_combine=False)",
      "torchtitan MoE: Megatron's saved set"),
+    ("planner/specs.py", "+ 3 * self.num_heads + self.inner)", "+ 3 * self.num_heads)",
+     "hybrid: the Mamba-2 group norm's weight not counted"),
+    ("planner/specs.py", "return 2 * self.inner + 2 * self.num_groups * self.state_dim + self.num_heads",
+     "return 2 * self.inner + 2 * self.num_groups * self.state_dim", "hybrid: in_proj without dt"),
+    ("planner/specs.py", "return 2 * ffn if self.gated else ffn", "return 2 * ffn", "hybrid: squared ReLU priced gated"),
+    ("planner/memory.py", "(2 * mb.in_proj_width + 2 * mb.inner + 2 * mb.inner +", "(2 * mb.in_proj_width + 2 * mb.inner +",
+     "hybrid: the Mamba-2 group norm's input not kept"),
+    ("planner/memory.py", "model.layer_pattern[j] for j in rank_layer_numbers(chunks, layout.pp, stage)",
+     "model.layer_pattern[j] for j in rank_layer_numbers(chunks, layout.pp, 0)", "hybrid: every rank holds rank 0's kinds"),
+    ("planner/cost.py", "4 * mb.conv_width + 14 * mb.inner +", "4 * mb.conv_width + 4 * mb.inner +",
+     "hybrid: the scan's x, z and outputs not read or written"),
+    ("planner/cost.py", "MAMBA_SCAN_BWD_FACTOR = 3.0\n", "MAMBA_SCAN_BWD_FACTOR = 2.0\n",
+     "hybrid: the scan's backward without its re-run"),
+    ("planner/cost.py", "(0.5 if symbol else 1.0)", "1.0", "hybrid: a half layer's elementwise passes doubled"),
+    ("planner/cost.py", 'attn_pair if symbol in ("*", "M") else 0.0', 'attn_pair if symbol == "*" else 0.0',
+     "hybrid: the Mamba-2 mixer's TP pair dropped"),
+    ("planner/cost.py", "else model.layer_pattern[0]) if model.hybrid else None", "else model.layer_pattern[0]) if False else None",
+     "hybrid: ranks priced as transformer layers"),
+    ("planner/cpsat.py", "follows = model.hybrid or (", "follows = False and (",
+     "hybrid: one update table for every vpp"),
+    ("planner/memory.py", "freed += moe_routed_bytes(model, sb / sp_div, etp, fp8_inputs, moe_routing, quant_bytes)",
+     "freed += 0.0", "recompute 'moe' frees nothing"),
+    ("planner/cost.py", 'modules.append(("moe", moe.gemm + moe.memory + moe.ep))',
+     'modules.append(("moe", moe.gemm + moe.memory))', "recompute 'moe' without its all-to-alls"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
@@ -424,6 +448,7 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
     ("mixtral-8x7b", "dgx-h100", 2, 64, 4096, "megatron", {"pp": 1}),  # Megatron-FSDP shards the experts
     ("deepseek-v3", "dgx-h100", 32, 512, 4096, "megatron", {"pp": 1}),
     ("qwen3-30b-a3b", "dgx-h100", 2, 64, 4096, "torchtitan"),
+    ("nemotron-3-nano-30b-a3b", "dgx-h100", 2, 256, 8192, "megatron"),
 ]
 
 RECOMMEND = """
@@ -449,7 +474,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
                                        "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
-                                       "tests/test_torchtitan_moe.py")
+                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

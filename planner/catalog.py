@@ -199,6 +199,7 @@ _MOE_LIKE = {"MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM",
              "Llama4ForCausalLM"}  # llama layers with gated experts
 _GPT_LIKE = {"GPT2LMHeadModel", "GPTNeoXForCausalLM"}
 _MLA_LIKE = {"DeepseekV3ForCausalLM"}  # DeepSeek-V3, Kimi-K2: MLA, shared experts, leading dense layers
+_HYBRID_LIKE = {"NemotronHForCausalLM"}  # Nemotron-H, Nemotron-3: Mamba-2, attention, MLP and MoE layers
 
 
 def _need(cfg: dict[str, Any], key: str, name: str) -> Any:
@@ -310,6 +311,40 @@ def _gpt_oss_attention(cfg: dict[str, Any], name: str) -> dict[str, Any]:
                 linear_bias=bool(cfg.get("attention_bias", True)), activation="clamped-quick-geglu")
 
 
+def _nemotron_h_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """A NemotronHForCausalLM config (Nemotron-H, Nemotron-3 Nano), read with the names Megatron-Bridge maps
+    to Megatron's [NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/models/nemotronh/nemotron_h_bridge.py:
+    NemotronHBridge.CONFIG_MAPPING, provider_bridge; models/conversion/model_bridge.py: CONFIG_MAPPING]: the
+    layers from hybrid_override_pattern, the Mamba-2 mixer from mamba_num_heads, mamba_head_dim,
+    ssm_state_size and n_groups, experts from n_routed_experts, num_experts_per_tok, moe_intermediate_size and
+    moe_shared_expert_intermediate_size; squared-ReLU MLPs and no position embedding, as the bridge sets them.
+    Refused rather than priced as another model: another activation (mlp_hidden_act), a convolution other
+    than Megatron's 4 taps (conv_kernel), biases (use_bias), multi-token prediction and LatentMoE
+    (num_nextn_predict_layers, moe_latent_size)."""
+    pattern = _need(cfg, "hybrid_override_pattern", name)
+    if not isinstance(pattern, str):
+        raise ConfigImportError(f"{name}: hybrid_override_pattern = {pattern!r}: expected a string of M, *, - and E")
+    for key, ok, what in (("mlp_hidden_act", ("relu2",), "an activation other than squared ReLU"),
+                          ("conv_kernel", (4,), "a Mamba convolution other than Megatron's 4 taps"),
+                          ("use_bias", (False, None), "linear biases"),
+                          ("num_nextn_predict_layers", (0, None), "multi-token prediction in a hybrid model"),
+                          ("moe_latent_size", (None,), "LatentMoE (experts on a latent projection)")):
+        if cfg.get(key, ok[0]) not in ok:
+            raise ConfigImportError(f"{name}: {key} = {cfg[key]!r} ({what}) is not modelled; refused rather than ignored")
+    spec: dict[str, Any] = dict(
+        layer_pattern=pattern, position_embedding="none", activation="squared-relu",
+        mamba=dict(num_heads=_need(cfg, "mamba_num_heads", name), head_dim=_need(cfg, "mamba_head_dim", name),
+                   state_dim=_need(cfg, "ssm_state_size", name), num_groups=_need(cfg, "n_groups", name))
+        if "M" in pattern else None)
+    if "E" in pattern:
+        groups = cfg.get("n_group") or 1  # 1 = every expert open to every token
+        limited = dict(router_groups=groups, router_group_topk=_need(cfg, "topk_group", name)) if groups > 1 else {}
+        spec["moe"] = dict(num_experts=_need(cfg, "n_routed_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
+                           expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name),
+                           shared_expert_ffn_hidden_size=cfg.get("moe_shared_expert_intermediate_size") or 0, **limited)
+    return spec
+
+
 def _window_of(cfg: dict[str, Any], arch: str, name: str) -> dict[str, Any]:
     """A Mistral config's window applies to every layer [HF MistralConfig.sliding_window]; Qwen2's
     use_sliding_window (windows only above max_window_layers) is refused."""
@@ -340,7 +375,8 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
     Supports Llama, Mistral and Qwen2 (llama family), Mixtral, Qwen2-MoE, Qwen3-MoE, GPT-OSS and Llama-4's
     text model (llama family with gated experts; GPT-OSS with its windows, sinks and biases, Llama-4 with
     dense layers between MoE ones and chunked attention), DeepSeek-V3's architecture
-    (DeepSeek-V3, Kimi-K2: multi-latent attention, shared experts), GPT-2 and GPT-NeoX (gpt family).
+    (DeepSeek-V3, Kimi-K2: multi-latent attention, shared experts), Nemotron-H's hybrid Mamba-2 layers
+    (Nemotron-3 Nano), GPT-2 and GPT-NeoX (gpt family).
 
     Raises:
         ConfigImportError: not a mapping, no or unsupported architecture, or a missing key.
@@ -353,14 +389,22 @@ def model_from_hf_config(cfg: dict[str, Any], name: str = "hf-model") -> ModelSp
         raise ConfigImportError(f"{name}: Llama4ForConditionalGeneration carries a vision encoder (vision_config), which "
                                 "is not modelled; to plan the language model, give its text_config with "
                                 "\"architectures\": [\"Llama4ForCausalLM\"]")
-    supported = sorted(_LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE)
-    if arch not in _LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE:
+    known = _LLAMA_LIKE | _MOE_LIKE | _MLA_LIKE | _GPT_LIKE | _HYBRID_LIKE
+    supported = sorted(known)
+    if arch not in known:
         shown = arch if arch is None or arch.isprintable() else arch.encode("unicode_escape").decode()
         raise ConfigImportError(
             f"{name}: unsupported architecture {shown!r} in 'architectures'; supported: {', '.join(supported)}"
         )
-    _refuse_unmodelled(cfg, name, moe=arch in _MOE_LIKE | _MLA_LIKE, mla=arch in _MLA_LIKE)
-    if arch in _MLA_LIKE:
+    _refuse_unmodelled(cfg, name, moe=arch in _MOE_LIKE | _MLA_LIKE | _HYBRID_LIKE, mla=arch in _MLA_LIKE)
+    if arch in _HYBRID_LIKE:
+        head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim")
+        spec = dict(name=name, family="llama", num_layers=_need(cfg, "num_hidden_layers", name),
+                    hidden_size=_need(cfg, "hidden_size", name), num_attention_heads=_need(cfg, "num_attention_heads", name),
+                    num_kv_heads=cfg.get("num_key_value_heads"), kv_channels=head_dim,
+                    ffn_hidden_size=_need(cfg, "intermediate_size", name), vocab_size=_need(cfg, "vocab_size", name),
+                    tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), **_nemotron_h_of(cfg, name))
+    elif arch in _MLA_LIKE:
         spec = dict(name=name, family="llama", num_layers=_need(cfg, "num_hidden_layers", name),
                     hidden_size=_need(cfg, "hidden_size", name),
                     num_attention_heads=_need(cfg, "num_attention_heads", name),

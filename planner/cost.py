@@ -482,7 +482,8 @@ class LayerTime:
     """What each of Megatron's --recompute-modules other than core_attn (attn_fwd) re-runs in
     backward, per layer and micro-batch (memory.recompute_module_freed_bytes says what each frees):
     layernorm a read and a write of each separate norm's input, mla_up_proj the up-projection GEMMs,
-    moe_act a read of the routed FC1 output and a write of the activation, mlp the dense MLP's GEMMs
+    moe_act a read of the routed FC1 output and a write of the activation, moe the MoE block's forward
+    (router, permutations, expert and shared GEMMs, dispatch and combine), mlp the dense MLP's GEMMs
     and its SwiGLU pass. 0 where a module does not apply to the layer."""
 
     def recompute_of(self, modules: tuple[str, ...]) -> float:
@@ -713,6 +714,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         rows = routed_rows(model, tokens / tp, etp, training.moe_routing)
         fe = model.moe.expert_ffn_hidden_size
         modules.append(("moe_act", 2 * rows * (model.fc1_width(fe) + fe) / etp / hbm))
+        # the whole block re-run: router, permutations, expert and shared GEMMs, and its dispatch and combine
+        modules.append(("moe", moe.gemm + moe.memory + moe.ep))
     elif model.family != Family.GPT and has_mlp:
         f = model.ffn_hidden_size
         modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8, training.kernels)

@@ -625,6 +625,7 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
     - mla_up_proj: Q and K after RoPE and V [multi_latent_attention.py: qkv_up_checkpoint];
     - moe_act: the routed experts' activation output, the grouped FC2's input [moe/experts.py:
       TEGroupedMLP, activation_checkpoint];
+    - moe (a normal checkpoint of the whole MoE block): everything the block keeps but its input;
     - mlp (dense layers; a normal checkpoint whose input is the residual stream the layer keeps anyway):
       the MLP's norm statistics, FC1 input, SwiGLU input and FC2 input [transformer_layer.py: recompute_mlp].
     """
@@ -640,7 +641,15 @@ def recompute_module_freed_bytes(model: ModelSpec, b: int, s_loc: float, *, tp: 
     if "mla_up_proj" in modules and model.mla is not None:
         m, a = model.mla, model.num_attention_heads
         freed += 2 * sb * a * (2 * (m.qk_head_dim + m.qk_rope_head_dim) + m.v_head_dim) / tp
-    if "moe_act" in modules and moe is not None:
+    if "moe" in modules and moe is not None:  # the MoE block under one checkpoint keeps only its input, the
+        # norm output [megatron-core 0.19.2 transformer/moe/moe_layer.py: MoELayer.forward, moe_layer_recompute:
+        # tensor_parallel.checkpoint / te_checkpoint]: the router's and experts' saved tensors go, and the shared
+        # experts' (their FC1 input's quantised copy too, unless layernorm freed it above)
+        freed += moe_routed_bytes(model, sb / sp_div, etp, fp8_inputs, moe_routing, quant_bytes)
+        if fs := moe.shared_expert_ffn_hidden_size:
+            freed += 2 * sb * model.fc1_width(fs) / tp + act_b * sb * fs / tp
+            freed += act_b * sb * h / sp_div if fp8_inputs and "layernorm" not in modules else 0.0
+    elif "moe_act" in modules and moe is not None:  # (inside a checkpointed block it frees nothing more)
         freed += act_b * routed_rows(model, sb / sp_div, etp, moe_routing) * moe.expert_ffn_hidden_size / etp
     if "mlp" in modules and moe is None and model.family != Family.GPT and symbol in (None, "-"):
         f = model.ffn_hidden_size

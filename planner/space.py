@@ -39,6 +39,8 @@ def _recompute_module_problems(model: ModelSpec, training: TrainingSpec, lay: La
 
 def _recompute_module_problem(model: ModelSpec, training: TrainingSpec, module: str) -> str | None:
     """Why one recompute module cannot run for this model and training (None: it can)."""
+    if module == "moe" and model.moe is None:
+        return "recompute_modules 'moe' needs an MoE model (it checkpoints the MoE block)"
     if module == "moe_act" and model.moe is None:
         return "recompute_modules 'moe_act' needs an MoE model (Megatron: only with moe_grouped_gemm)"
     if module == "mla_up_proj" and model.mla is None:
@@ -227,6 +229,8 @@ def _expert_problems(model: ModelSpec, training: TrainingSpec, lay: Layout, zero
             bad.append(f"ep_overlap with pp({lay.pp}) > 1 needs interleaving (vpp > 1)")
         if lay.recompute == Recompute.FULL:
             bad.append("ep_overlap does not run with full recompute")
+        if "moe" in lay.recomputed_modules:  # megatron-core 0.19.2 transformer_config.py: __post_init__
+            bad.append("ep_overlap does not run with recompute_modules 'moe'")
         if model.mtp_layers > 1:
             bad.append(f"ep_overlap runs at most one MTP depth (mtp_layers {model.mtp_layers})")
         if lay.moe_dispatcher == "allgather":

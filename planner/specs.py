@@ -199,13 +199,14 @@ class Recompute(StrEnum):
     SelectiveAC]. Dense llama-family layers only."""
 
 
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe", "moe_act")
 """Megatron's --recompute-modules the planner prices (megatron-core 0.19.2 TransformerConfig.
 recompute_modules, with recompute_granularity 'selective'; default ['core_attn']): core_attn the
 attention core; layernorm the norms Megatron keeps as their own modules (the input norm before MLA's
 down-projections, the pre-MLP norm of an MoE layer; the others are fused into their linear); mla_up_proj
-MLA's up-projections and RoPE; mlp a dense layer's MLP; moe_act the routed experts' activation.
-'moe' and 'shared_experts' (whole-module checkpoints) are not priced."""
+MLA's up-projections and RoPE; mlp a dense layer's MLP; moe an MoE layer's whole MoE block (router,
+dispatch, shared and routed experts, combine) under one checkpoint; moe_act the routed experts'
+activation. 'shared_experts' (a checkpoint of the shared experts alone) is not priced."""
 
 
 def _module_set(v: Any) -> Any:

@@ -239,3 +239,72 @@ def test_the_published_gb300_layout_is_priced_and_fits():
     for r in nano_rows:
         p = planner.evaluate(r.model, r.cluster, r.training, r.layout)
         assert not p.warnings and p.peak_memory_bytes < r.cluster.gpu.memory
+
+
+NANO_HF = {  # the config.json fields Megatron-Bridge's NemotronHBridge reads, with Nemotron-3 Nano's values
+    "architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 52, "hidden_size": 2688,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 1856,
+    "vocab_size": 131072, "tie_word_embeddings": False, "mamba_num_heads": 64, "mamba_head_dim": 64,
+    "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "mlp_hidden_act": "relu2",
+    "use_bias": False, "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712, "n_group": 1, "topk_group": 1, "num_nextn_predict_layers": 0,
+}
+
+
+def test_hf_import_of_nemotron_h_builds_the_catalog_model():
+    from planner.catalog import model_from_hf_config
+
+    got = model_from_hf_config(NANO_HF, "nano")
+    want = nano()
+    skip = {"name", "sources", "provenance"}
+    assert got.model_dump(exclude=skip) == want.model_dump(exclude=skip)
+
+
+@pytest.mark.parametrize("key, value", [("mlp_hidden_act", "silu"), ("conv_kernel", 3), ("use_bias", True),
+                                        ("num_nextn_predict_layers", 1), ("moe_latent_size", 1024),
+                                        ("hybrid_override_pattern", "MEG*")])
+def test_hf_import_of_nemotron_h_refuses_what_it_does_not_price(key, value):
+    from planner.catalog import model_from_hf_config
+
+    with pytest.raises(PlannerError) as err:
+        model_from_hf_config({**NANO_HF, key: value}, "nano")
+    assert "\n" not in str(err.value) and (key in str(err.value) or "layer_pattern" in str(err.value))
+
+
+def test_the_moe_module_checkpoint_keeps_only_the_blocks_input():
+    """Megatron's --recompute-modules moe wraps the MoE block in one checkpoint (MoELayer.forward,
+    moe_layer_recompute), layernorm discards the pre-MLP norm's output: a Nano MoE layer then keeps the
+    norm's input and its fp32 rstd, (2 x 2688 + 4) B per token. moe alone frees the router's 8 B x 128,
+    6 routed rows of (2 x 2688 + 2 x 1856 + 2 x 1856) B and the shared expert's 2 x 3712 + 2 x 3712 B."""
+    from planner.memory import activation_bytes_per_layer
+
+    m, s = nano(), 8192
+    kw = dict(recompute="selective", symbol="E", etp=1)
+    assert activation_bytes_per_layer(m, 1, s, recompute_modules=("moe", "layernorm"), **kw) == (2 * 2688 + 4) * s
+    kept = activation_bytes_per_layer(m, 1, s, symbol="E", etp=1)
+    freed = (8 * 128 + 6 * (2 * 2688 + 2 * 1856 + 2 * 1856) + 2 * 3712 + 2 * 3712) * s
+    assert kept - activation_bytes_per_layer(m, 1, s, recompute_modules=("moe",), **kw) == freed
+    # moe_act inside the checkpointed block frees nothing more
+    both = activation_bytes_per_layer(m, 1, s, recompute_modules=("moe", "moe_act"), **kw)
+    assert both == activation_bytes_per_layer(m, 1, s, recompute_modules=("moe",), **kw)
+
+
+def test_the_moe_module_reruns_the_block_and_its_all_to_alls():
+    """Its recompute re-runs the whole block forward: at least its routed GEMMs at the GPU's dense peak and
+    its dispatch and combine; Megatron refuses it beside the EP overlap, and the H100 recipe's modules are priced."""
+    from planner.cost import _layer_time, moe_time
+    from planner.space import layout_problems
+
+    m = nano()
+    c, t = planner.load_cluster("dgx-h100", nodes=2), TrainingSpec(global_batch_size=256, seq_length=8192)
+    lay = Layout(tp=1, pp=1, dp=16, ep=8, etp=1, micro_batch_size=1, zero_stage=1, recompute="selective",
+                 recompute_modules=("moe", "layernorm", "core_attn", "moe_act"))
+    lt = _layer_time(m, c, t, lay, symbol="E")
+    block = moe_time(m, c, t, 1, 1, 1, 8, 1)
+    routed_flops = 2 * 8192 * 6 * (2 * 2688 * 1856)  # FC1 and FC2 of 6 experts a token
+    assert lt.recompute_of(("moe",)) == pytest.approx(block.gemm + block.memory + block.ep)
+    assert lt.recompute_of(("moe",)) > routed_flops / c.gpu.peak_bf16_flops + block.ep
+    assert planner.evaluate(m, c, t, lay).step_time_s > 0
+    overlapped = lay.model_copy(update={"ep_overlap": True})
+    assert any("ep_overlap does not run with recompute_modules 'moe'" in p for p in layout_problems(m, c, t, overlapped))
