@@ -771,7 +771,9 @@ def test_recompute_modules_follow_megatrons_rules_and_reach_only_megatron():
     with pytest.raises(planner.SpecError, match="recompute_modules.*selective"):
         Layout(recompute="full", recompute_modules=("moe_act",))
     with pytest.raises(planner.SpecError, match="recompute_modules"):
-        Layout(recompute="selective", recompute_modules=("moe",))
+        Layout(recompute="selective", recompute_modules=("shared_experts",))  # not priced
+    lay = Layout(dp=8, zero_stage=1, recompute="selective", recompute_modules=("moe",))
+    assert any("'moe' needs an MoE model" in p for p in layout_problems(dense, c, t, lay))
     assert Layout(recompute="selective", recompute_modules="moe_act,layernorm").recompute_modules == ("layernorm", "moe_act")
     p = planner.evaluate(dense, c, t, Layout(dp=8, zero_stage=1, recompute="selective", recompute_modules=("mlp",)))
     assert "--recompute-modules" in p.to_megatron().args
