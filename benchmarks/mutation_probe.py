@@ -423,8 +423,6 @@ MUTANTS = [
     ("planner/cost.py", "(0.5 if symbol else 1.0)", "1.0", "hybrid: a half layer's elementwise passes doubled"),
     ("planner/cost.py", 'attn_pair if symbol in ("*", "M") else 0.0', 'attn_pair if symbol == "*" else 0.0',
      "hybrid: the Mamba-2 mixer's TP pair dropped"),
-    ("planner/cost.py", "else model.layer_pattern[0]) if model.hybrid else None", "else model.layer_pattern[0]) if False else None",
-     "hybrid: ranks priced as transformer layers"),
     ("planner/cpsat.py", "follows = model.hybrid or (", "follows = False and (",
      "hybrid: one update table for every vpp"),
     ("planner/memory.py", "freed += moe_routed_bytes(model, sb / sp_div, etp, fp8_inputs, moe_routing, quant_bytes)",

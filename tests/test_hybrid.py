@@ -308,3 +308,37 @@ def test_the_moe_module_reruns_the_block_and_its_all_to_alls():
     assert planner.evaluate(m, c, t, lay).step_time_s > 0
     overlapped = lay.model_copy(update={"ep_overlap": True})
     assert any("ep_overlap does not run with recompute_modules 'moe'" in p for p in layout_problems(m, c, t, overlapped))
+
+
+def test_an_attention_and_an_moe_layer_cost_one_transformer_moe_layer():
+    """The halves together run what a transformer MoE layer of the same shapes runs: its GEMMs, attention,
+    norms and residual adds (half a layer's elementwise passes each), FP8 casts, EP and TP collectives
+    (tp 2 with sequence parallelism: attention's gather / reduce-scatter pair, the shared experts')."""
+    from planner.cost import _layer_time
+
+    m = nano()
+    transformer = m.model_copy(update={"layer_pattern": None, "mamba": None, "num_layers": 52})
+    c = planner.load_cluster("dgx-h100")
+    lay = Layout(tp=2, dp=4, ep=4, etp=1, micro_batch_size=1, sequence_parallel=True, zero_stage=1)
+    for t in (TrainingSpec(global_batch_size=64, seq_length=8192),
+              TrainingSpec(global_batch_size=64, seq_length=8192, fp8="tensorwise")):
+        whole = _layer_time(transformer, c, t, lay)
+        a, e = _layer_time(m, c, t, lay, symbol="*"), _layer_time(m, c, t, lay, symbol="E")
+        for field in ("fwd", "bwd", "tp_fwd", "tp_bwd", "ep_fwd", "attn_fwd"):
+            assert getattr(a, field) + getattr(e, field) == pytest.approx(getattr(whole, field)), field
+
+
+def test_a_mamba_layer_gathers_and_scatters_like_attention_and_reruns_its_scan_in_backward():
+    """With tp 2 and sequence parallelism in_proj all-gathers b s h and out_proj reduce-scatters it, the pair
+    an attention block runs. Its backward is twice its forward plus one more pass of the convolution, scan and
+    norm (mamba_ssm's backward re-runs the forward's chunk-state and state-passing kernels and the convolution
+    before its gradient kernels): 147,456 B per token, split over tp, at the H100's HBM bandwidth x efficiency."""
+    from planner.cost import _layer_time
+
+    m, c = nano(), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(global_batch_size=64, seq_length=8192)
+    lay = Layout(tp=2, dp=4, ep=4, etp=1, micro_batch_size=1, sequence_parallel=True, zero_stage=1)
+    mamba, attention = _layer_time(m, c, t, lay, symbol="M"), _layer_time(m, c, t, lay, symbol="*")
+    assert mamba.tp_fwd == pytest.approx(attention.tp_fwd) and mamba.tp_fwd > 0
+    scan = 147_456 * 8192 / 2 / (c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency)
+    assert mamba.bwd - 2 * mamba.fwd == pytest.approx(scan)
