@@ -495,8 +495,8 @@ def test_megatron_log_recompute_modules_become_the_layouts():
     assert layout.recompute_modules is None and layout.recomputed_modules == ("core_attn",)
     _, layout = megatron_setup({**m.args, "recompute_modules": "['mlp', 'core_attn']"}, model, m.source)
     assert layout.recompute_modules == ("core_attn", "mlp")
-    with pytest.raises(LogError, match="recompute_modules moe are not priced"):
-        megatron_setup({**m.args, "recompute_modules": "['moe', 'core_attn']"}, model, m.source)
+    with pytest.raises(LogError, match="recompute_modules shared_experts are not priced"):
+        megatron_setup({**m.args, "recompute_modules": "['shared_experts', 'core_attn']"}, model, m.source)
 
 
 def test_a_zero_offload_run_is_read_and_priced_offloaded(tmp_path):
