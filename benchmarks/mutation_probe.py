@@ -423,7 +423,7 @@ MUTANTS = [
     ("planner/cost.py", "(0.5 if symbol else 1.0)", "1.0", "hybrid: a half layer's elementwise passes doubled"),
     ("planner/cost.py", 'attn_pair if symbol in ("*", "M") else 0.0', 'attn_pair if symbol == "*" else 0.0',
      "hybrid: the Mamba-2 mixer's TP pair dropped"),
-    ("planner/cpsat.py", "follows = model.hybrid or (", "follows = False and (",
+    ("planner/cpsat.py", "key = (lay if model.kinds_follow_split else", "key = (lay if False else",
      "hybrid: one update table for every vpp"),
     ("planner/memory.py", "freed += moe_routed_bytes(model, sb / sp_div, etp, fp8_inputs, moe_routing, quant_bytes)",
      "freed += 0.0", "recompute 'moe' frees nothing"),

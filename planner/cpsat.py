@@ -225,8 +225,7 @@ class Rows:
             if update and row.update is None:
                 # one table serves every vpp, unless the rank's layer kinds follow its virtual stages (a
                 # hybrid pattern, dense layers between MoE ones: planner.memory.symbols_on, dense_layers_on)
-                follows = model.hybrid or (model.moe is not None and model.moe.layer_step > 1)
-                key = (lay if follows else lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
+                key = (lay if model.kinds_follow_split else lay.model_copy(update={"vpp": 1, "overlap_p2p": None}), p)
                 if key not in self._updates:
                     upd = {}
                     for r in _positions(p):

@@ -40,6 +40,7 @@ __all__ = [
     "layer_params",
     "routed_params_per_layer",
     "symbols_on",
+    "virtual_stage_layers",
     "moe_layers_on",
     "mamba_saved_bytes",
     "symbol_layer_params",
@@ -783,10 +784,7 @@ def symbols_on(model: ModelSpec, layout: Layout, stage: int) -> dict[str, int]:
     split is fixed: Space.free_split is off for hybrid models); {} for a transformer."""
     if not model.hybrid:
         return {}
-    chunks = layout.pipeline_layers
-    if chunks is None:
-        p, v = layout.pp, layout.vpp
-        chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
+    chunks = virtual_stage_layers(model, layout)
     return dict(Counter(model.layer_pattern[j] for j in rank_layer_numbers(chunks, layout.pp, stage)))
 
 
@@ -813,11 +811,18 @@ def dense_layers_on(model: ModelSpec, layout: Layout, stage: int) -> int:
         return 0
     if model.moe.layer_step == 1 and layout.pipeline_layers is None:
         return model.moe.first_dense_layers if stage == 0 else 0
-    chunks = layout.pipeline_layers
-    if chunks is None:
-        p, v = layout.pp, layout.vpp
-        chunks = stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
+    chunks = virtual_stage_layers(model, layout)
     return sum(not model.is_moe_layer(j) for j in rank_layer_numbers(chunks, layout.pp, stage))
+
+
+def virtual_stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
+    """Layers of each virtual stage in Megatron's order (stage i on rank i % pp): pipeline_layers, else
+    the layout's split (stage_layers) without interleaving, else equal chunks (with interleaving
+    planner.space allows no other for models whose layer kinds follow the split)."""
+    if layout.pipeline_layers is not None:
+        return list(layout.pipeline_layers)
+    p, v = layout.pp, layout.vpp
+    return stage_layers(model, layout) if v == 1 else [model.num_layers // (p * v)] * (p * v)
 
 
 def rank_layer_numbers(chunks, pp: int, stage: int):

@@ -1088,7 +1088,7 @@ def build_space(
     # dense layers interleaved with MoE ones: a rank's dense count depends on where its layers fall,
     # which the rows (affine in the rank's layer count) cannot follow: the even split only
     # (so do a hybrid model's layer kinds)
-    interleaved = (model.moe is not None and model.moe.layer_step > 1) or model.hybrid
+    interleaved = model.kinds_follow_split
     free = uneven and not engine_split and not titan_split and not interleaved
     first_last = constraints.get("uneven_stages") == "first_last"
     moe = model.moe is not None

@@ -496,6 +496,12 @@ class ModelSpec(_Spec):
         return self.layer_pattern[i] if self.layer_pattern is not None else None
 
     @property
+    def kinds_follow_split(self) -> bool:
+        """Whether a pipeline rank's layer kinds depend on which layers it holds: dense layers between MoE
+        ones (MoESpec.layer_step > 1) or a hybrid pattern (planner.memory.dense_layers_on, symbols_on)."""
+        return self.hybrid or (self.moe is not None and self.moe.layer_step > 1)
+
+    @property
     def gated(self) -> bool:
         """Whether the MLP is gated (FC1 computes gate and up, 2 f wide): every activation but squared-relu."""
         return self.activation != "squared-relu"

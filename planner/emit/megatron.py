@@ -11,7 +11,7 @@ import shlex
 
 from planner.emit import LaunchFiles, dump_json, refuse_other_engine, refuse_unemitted, script_word
 from planner.errors import PlannerError
-from planner.memory import TE_FP8_RECIPES, stage_layers
+from planner.memory import TE_FP8_RECIPES, virtual_stage_layers
 from planner.pipeline_layout import layout_string as pipeline_layout_string
 from planner.plans import Plan
 from planner.specs import Family, Recompute
@@ -55,15 +55,12 @@ def hybrid_pattern(plan: Plan) -> str:
     no --pipeline-model-parallel-layout, --num-virtual-stages-per-pipeline-rank or, with pipes, uneven
     first/last counts beside them [megatron-core 0.19.2 training/arguments.py: validate_args,
     get_hybrid_total_pipeline_segment_count]). The stages hold the layers planner.memory.symbols_on
-    counts: pipeline_layers, else stage_layers, else equal chunks."""
+    counts (virtual_stage_layers)."""
     m, lay = plan.model, plan.layout
     if lay.pp == 1:
         return m.layer_pattern
-    chunks = lay.pipeline_layers
-    if chunks is None:
-        chunks = stage_layers(m, lay) if lay.vpp == 1 else [m.num_layers // (lay.pp * lay.vpp)] * (lay.pp * lay.vpp)
     parts, start = [], 0
-    for n in chunks:
+    for n in virtual_stage_layers(m, lay):
         parts.append(m.layer_pattern[start:start + n])
         start += n
     return "|".join(parts)
