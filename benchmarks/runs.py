@@ -360,6 +360,8 @@ def _moe_model(r: dict) -> ModelSpec | str:
         att = "gqa"  # every layer is causal over it; NoPE layers only skip the rotary embedding
     if att == "hybrid Mamba-2 + GQA attention + MoE (no RoPE)" and mod.get("hybrid_layer_pattern"):
         return _hybrid_model(r)
+    if att == "hybrid Mamba-2 + attention + LatentMoE, with MTP" and r.get("model_family") == "nemotron3-super":
+        return _super_model(r)
     if att not in ("gqa", "mla"):
         return (f"attention '{att or 'unpublished'}' (grouped-query, multi-latent, GPT-OSS's windowed attention "
                 "and Nemotron-3 Nano's Mamba-2 hybrid are priced)")
@@ -414,6 +416,20 @@ def _hybrid_model(r: dict) -> ModelSpec | str:
     differ = [k for k, v in published.items() if mod.get(k) is not None and mod[k] != v]
     if differ:
         return f"hybrid model fields differ from {HYBRID_CATALOG}: {', '.join(differ)}"
+    return ref.model_copy(update={"name": r["model_name"]})
+
+
+SUPER_CATALOG = "nemotron-3-super-120b-a12b"
+"""The catalog entry the Nemotron-3 Super rows train: they publish no layer shapes (their recipes take them
+from the Hugging Face config through AutoBridge; models/nemotron-3-super-120b-a12b.yaml cites that config),
+only the 120B total and 12B active the entry reproduces (120.7B; 12.8B with the embeddings)."""
+
+
+def _super_model(r: dict) -> ModelSpec | str:
+    """A Nemotron-3 Super row: the catalog's model, whose published totals must agree within 1B."""
+    ref, mod = planner.load_model(SUPER_CATALOG), r["model"]
+    if abs(ref.num_params / 1e9 - mod["params_b"]) > 1 or abs(ref.active_params / 1e9 - mod["active_params_b"]) > 1:
+        return f"published totals {mod['params_b']}B / {mod['active_params_b']}B differ from {SUPER_CATALOG}'s"
     return ref.model_copy(update={"name": r["model_name"]})
 
 

@@ -319,20 +319,26 @@ def _nemotron_h_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     ssm_state_size and n_groups, experts from n_routed_experts, num_experts_per_tok, moe_intermediate_size and
     moe_shared_expert_intermediate_size; squared-ReLU MLPs and no position embedding, as the bridge sets them.
     Refused rather than priced as another model: another activation (mlp_hidden_act), a convolution other
-    than Megatron's 4 taps (conv_kernel), biases (use_bias), multi-token prediction and LatentMoE
-    (num_nextn_predict_layers, moe_latent_size)."""
+    than Megatron's 4 taps (conv_kernel), biases (use_bias). LatentMoE's moe_latent_size becomes
+    MoESpec.latent_size; num_nextn_predict_layers MTP depths become mtp_layers where their
+    mtp_hybrid_override_pattern is one transformer layer ('*E' with experts, '*-' without: Nemotron-3
+    Super's), any other depth pattern is refused. The config's depths are blocks of their own weights;
+    a recipe that repeats one block (Megatron --mtp-use-repeated-layer) sets mtp_shared itself."""
     pattern = _need(cfg, "hybrid_override_pattern", name)
     if not isinstance(pattern, str):
         raise ConfigImportError(f"{name}: hybrid_override_pattern = {pattern!r}: expected a string of M, *, - and E")
     for key, ok, what in (("mlp_hidden_act", ("relu2",), "an activation other than squared ReLU"),
                           ("conv_kernel", (4,), "a Mamba convolution other than Megatron's 4 taps"),
-                          ("use_bias", (False, None), "linear biases"),
-                          ("num_nextn_predict_layers", (0, None), "multi-token prediction in a hybrid model"),
-                          ("moe_latent_size", (None,), "LatentMoE (experts on a latent projection)")):
+                          ("use_bias", (False, None), "linear biases")):
         if cfg.get(key, ok[0]) not in ok:
             raise ConfigImportError(f"{name}: {key} = {cfg[key]!r} ({what}) is not modelled; refused rather than ignored")
+    mtp = cfg.get("num_nextn_predict_layers") or 0
+    depth = "*E" if "E" in pattern else "*-"
+    if mtp and cfg.get("mtp_hybrid_override_pattern") != depth:
+        raise ConfigImportError(f"{name}: mtp_hybrid_override_pattern = {cfg.get('mtp_hybrid_override_pattern')!r}: an MTP "
+                                f"depth other than one transformer layer ({depth!r}) is not modelled; refused rather than ignored")
     spec: dict[str, Any] = dict(
-        layer_pattern=pattern, position_embedding="none", activation="squared-relu",
+        layer_pattern=pattern, position_embedding="none", activation="squared-relu", mtp_layers=mtp,
         mamba=dict(num_heads=_need(cfg, "mamba_num_heads", name), head_dim=_need(cfg, "mamba_head_dim", name),
                    state_dim=_need(cfg, "ssm_state_size", name), num_groups=_need(cfg, "n_groups", name))
         if "M" in pattern else None)
@@ -341,7 +347,8 @@ def _nemotron_h_of(cfg: dict[str, Any], name: str) -> dict[str, Any]:
         limited = dict(router_groups=groups, router_group_topk=_need(cfg, "topk_group", name)) if groups > 1 else {}
         spec["moe"] = dict(num_experts=_need(cfg, "n_routed_experts", name), top_k=_need(cfg, "num_experts_per_tok", name),
                            expert_ffn_hidden_size=_need(cfg, "moe_intermediate_size", name),
-                           shared_expert_ffn_hidden_size=cfg.get("moe_shared_expert_intermediate_size") or 0, **limited)
+                           shared_expert_ffn_hidden_size=cfg.get("moe_shared_expert_intermediate_size") or 0,
+                           latent_size=cfg.get("moe_latent_size") or None, **limited)
     return spec
 
 

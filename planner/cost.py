@@ -44,6 +44,7 @@ from planner.memory import (
     loss_kind,
     moe_layers_on,
     mtp_stage_params,
+    mtp_whole_params,
     optimizer_shard_params,
     param_gather_bytes,
     dense_layers_on,
@@ -330,18 +331,20 @@ def model_flops_per_token(model: ModelSpec, seq_length: int) -> float:
         e = model.moe
         width = model.fc1_width(e.expert_ffn_hidden_size) + e.expert_ffn_hidden_size  # 3 f_e gated, 2 f_e not
         shared = model.fc1_width(e.shared_expert_ffn_hidden_size) + e.shared_expert_ffn_hidden_size
-        moe = 2 * h * (e.num_experts + e.top_k * width + shared)
-    if model.hybrid:  # each layer is one block: a Mamba-2 mixer (its GEMMs and scan), attention, an MLP or MoE
+        moe = 2 * (h * (e.num_experts + shared) + e.top_k * width * e.width(h) + e.latent_params(h))
+    logits = 2 * h * model.vocab_size * (1 + model.mtp_layers)
+    if model.hybrid:  # each layer is one block: a Mamba-2 mixer (its GEMMs and scan), attention, an MLP or MoE;
+        # an MTP depth '*E' (or '*-') is one transformer layer of that kind
         mamba = (sum(mamba_gemm_flops(model, 1, 1)) + mamba_scan_flops(model, 1, 1)) if model.mamba else 0.0
         per = {"M": mamba, "*": attention, "-": dense, "E": moe}
-        return 3 * (sum(per[c] for c in model.layer_pattern) + 2 * h * model.vocab_size)
+        mtp = model.mtp_layers * (depth + sum(per[c] for c in model.mtp_pattern))
+        return 3 * (sum(per[c] for c in model.layer_pattern) + mtp + logits)
     layers = (model.num_layers + model.mtp_layers) * attention + model.mtp_layers * depth
     if model.moe is not None:
         mtp = model.mtp_layers * (moe if model.mtp_layer_is_moe else dense)
         layers += model.moe_layers * moe + model.dense_layers * dense + mtp
     else:
         layers += (model.num_layers + model.mtp_layers) * dense
-    logits = 2 * h * model.vocab_size * (1 + model.mtp_layers)
     return 3 * (layers + logits)
 
 
@@ -449,13 +452,16 @@ def _attention_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
 def _moe_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[float, float]:
     """The MLP part of fp8_cast_elements for an MoE layer: shared experts as a dense MLP of f_s; the
     routed experts' grouped GEMMs see top_k x etp / tp rows per token of the layout (FC1 input h
-    and FC2 input f_e / etp forward; their output gradients 2 f_e / etp and h backward)."""
+    and FC2 input f_e / etp forward; their output gradients 2 f_e / etp and h backward). LatentMoE: the
+    experts' rows are latent wide (MoESpec.width), and each rank's own tokens (1 / tp of them) pass the
+    two latent projections: inputs h and L forward, output gradients L and h backward."""
     h, e = model.hidden_size, model.moe
     fs, fe, etp = e.shared_expert_ffn_hidden_size, e.expert_ffn_hidden_size, tp if etp is None else etp
-    rows = e.top_k * etp / tp
+    rows, w = e.top_k * etp / tp, e.width(h)
     shared_f = (h + fs / tp) if fs else 0.0
     shared_b = (model.fc1_width(fs) / tp + h) if fs else 0.0
-    return shared_f + rows * (h + fe / etp), shared_b + rows * (model.fc1_width(fe) / etp + h)
+    latent = (h + e.latent_size) / tp if e.latent_size else 0.0
+    return shared_f + latent + rows * (w + fe / etp), shared_b + latent + rows * (model.fc1_width(fe) / etp + w)
 
 
 @dataclass(frozen=True)
@@ -532,7 +538,9 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     [Megatron-LM@d98e8a6 megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher
     (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve. Shared
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
-    Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
+    LatentMoE (MoESpec.latent_size, L): the rows from dispatch to combine and the experts' GEMMs are L
+    wide, and the two latent projections (h x L, whole on every TP rank) run on the rank's own N tokens
+    in the linears' format [moe/moe_layer.py: MoELayer.preprocess, postprocess]. Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
     TrainingSpec.moe_routing sets the busiest rank's rows and all-to-all volume (memory.routed_rows):
     the imbalance scales them (1: balanced), a capacity factor caps them and padding to capacity fixes
     them at E etp C, the padded rows sent, permuted and computed like real ones [megatron-core 0.19.2
@@ -564,40 +572,43 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     rows = routed_rows(model, n, etp, routing)  # the busiest rank's
     per_expert = rows / local
     fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
+    w = e.width(h)  # the routed rows' width: h, or LatentMoE's latent from dispatch to combine
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
-    gemm += local * _gemm_time(cluster, [2 * per_expert * h * model.fc1_width(fe), 2 * per_expert * fe * h], fp8, training.kernels)
+    gemm += local * _gemm_time(cluster, [2 * per_expert * w * model.fc1_width(fe), 2 * per_expert * fe * w], fp8, training.kernels)
+    if e.latent_size:  # fc1_latent_proj before dispatch, fc2_latent_proj after combine, on the rank's own tokens
+        gemm += _gemm_time(cluster, [2 * n * h * e.latent_size, 2 * n * e.latent_size * h], fp8, training.kernels)
     if fs:  # their sequence-parallel gather / scatter is the dense MLP's pair (_layer_time_of)
         gemm += _gemm_time(cluster, [2 * tokens * h * model.fc1_width(fs) / tp, 2 * tokens * fs * h / tp], fp8, training.kernels)
     gpu, cal = cluster.gpu, cluster.calibration
     deep = dispatcher == "deepep"
     if dispatcher == "allgather":  # the gathered tokens permuted once into the local experts' rows, undone in combine
-        moved = 2 * rows * h
+        moved = 2 * rows * w
         memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         group = placement(cluster, (ep * etp, 1))
         gathered = n * ep * etp  # tokens on the group's ranks together
-        ag = collective_time(cluster, group, "allgather", gathered * (2 * h + 4 * e.num_experts + e.num_experts))
-        rs = collective_time(cluster, group, "reducescatter", gathered * 4 * h)
+        ag = collective_time(cluster, group, "allgather", gathered * (2 * w + 4 * e.num_experts + e.num_experts))
+        rs = collective_time(cluster, group, "reducescatter", gathered * 4 * w)
         return MoETime(gemm, memory, ag + rs)
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
     sent = routed_rows(model, n, 1, routing) if routing.pad else n * e.top_k  # rows this rank permutes out
-    moved = 2 * ((0.0 if deep else sent * h) + (rows * h if local > 1 else 0.0))
+    moved = 2 * ((0.0 if deep else sent * w) + (rows * w if local > 1 else 0.0))
     memory = MOE_PERMUTE_BYTES * moved / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     ep_t = 0.0
     if ep > 1:
         group = placement(cluster, (ep, etp))
         routed = routed_rows(model, n, 1, routing)  # the busiest rank receives this many rows
         if deep:
-            ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * routing.share, 2 * h, e.top_k,
+            ep_t = 2 * node_dedup_alltoall_time(cluster, group, n * routing.share, 2 * w, e.top_k,
                                                 e.num_experts, e.router_groups, e.router_group_topk)
         else:
             # Megatron sends the FP32 probabilities beside the tokens; torchtitan keeps them on the source
             # rank and weighs the outputs there after combine (AllToAllTokenDispatcher.combine)
             probs = 0.0 if uses_torchtitan(training) else alltoall_time(cluster, group, 4 * routed)
-            ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + probs)
+            ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * w) + probs)
     if etp > 1:
         group = placement(cluster, (etp, 1))
-        ep_t += (collective_time(cluster, group, "allgather", 2 * rows * h)
-                 + collective_time(cluster, group, "reducescatter", 2 * rows * h))
+        ep_t += (collective_time(cluster, group, "allgather", 2 * rows * w)
+                 + collective_time(cluster, group, "reducescatter", 2 * rows * w))
     return MoETime(gemm, memory, ep_t)
 
 
@@ -1077,8 +1088,13 @@ def _mtp_terms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
     """The last rank's multi-token prediction depths per micro-batch as (compute, recompute, TP, CP, EP)
     seconds: each a layer of the last decoder layer's kind (lt, or a dense layer's for an MoE model
     ending dense), recomputed whenever full recompute is on (MultiTokenPredictionLayer.forward
-    checkpoints it whole, whatever recompute_num_layers says), and mtp_head_time beside it."""
-    kind = lt if model.mtp_layer_is_moe or model.moe is None else _layer_time(model, cluster, training, layout, dense=True)
+    checkpoints it whole, whatever recompute_num_layers says), and mtp_head_time beside it. A hybrid
+    model's depth ('*E' or '*-', ModelSpec.mtp_pattern) is one transformer layer of that kind (lt is its
+    rank's E layer there)."""
+    if model.hybrid:
+        kind = _layer_time(model, cluster, training, layout, dense=not model.mtp_layer_is_moe)
+    else:
+        kind = lt if model.mtp_layer_is_moe or model.moe is None else _layer_time(model, cluster, training, layout, dense=True)
     terms = [model.mtp_layers * x for x in _layer_terms(kind, layout, unpaired)]
     terms[0] += mtp_head_time(model, cluster, training, layout)
     return tuple(terms)
@@ -1308,7 +1324,7 @@ def shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int) -> Sh
     out = 0.0
     if stage == p - 1:  # the output layer's unit holds the MTP depths and their embedding copy too
         copy = model.vocab_size * model.hidden_size if ends_share_embedding(model, p) else 0
-        dup = model.mtp_layers * model.mla_duplicated_params
+        dup = mtp_whole_params(model)
         out = (model.output_params + copy + mtp_stage_params(model, layout) - dup) / tp + dup
     rest = stage_params(model, layout, stage, layers) - emb - out
     return ShardUnits(emb, rest / max(1, layers), layers, out, model.tied_embeddings and p == 1)

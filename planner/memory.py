@@ -711,11 +711,18 @@ def moe_routed_bytes(model: ModelSpec, tokens: float, etp: int, fp8_inputs: bool
     those N top_k BF16 rows stay for the scores' gradient [torchtitan 0.3 models/common/moe.py:
     TokenChoiceTopKRouter.forward; token_dispatcher.py: AllToAllTokenDispatcher.combine]. Measured on
     torchtitan's own MoE module compiled with AOTAutograd's min-cut partition, as Inductor partitions
-    (tests/test_activation_harness.py)."""
+    (tests/test_activation_harness.py).
+    LatentMoE (MoESpec.latent_size, L): the experts' rows are L wide, and the two latent projections keep
+    their inputs: fc1_latent_proj the norm output the layer already counts (a new copy only where FP8 or
+    NVFP4 quantises it), fc2_latent_proj the combined rows, L a token [moe_layer.py: MoELayer.preprocess,
+    postprocess]."""
     e = model.moe
     rows, fe = routed_rows(model, tokens, etp, routing), e.expert_ffn_hidden_size / etp
     act_b = quant_bytes if fp8_inputs else 2
-    experts = act_b * rows * model.hidden_size + 2 * rows * model.fc1_width(e.expert_ffn_hidden_size) / etp + act_b * rows * fe
+    width = e.width(model.hidden_size)
+    experts = act_b * rows * width + 2 * rows * model.fc1_width(e.expert_ffn_hidden_size) / etp + act_b * rows * fe
+    if e.latent_size:
+        experts += act_b * tokens * e.latent_size + (act_b * tokens * model.hidden_size if fp8_inputs else 0.0)
     if scores_after_combine:
         n = tokens * e.top_k  # the rows this rank sent, combined back
         return 4 * tokens * e.num_experts + (8 + 4) * n + 2 * 8 * rows + experts + 2 * n * model.hidden_size
@@ -753,12 +760,12 @@ def stage_layers(model: ModelSpec, layout: Layout) -> list[int]:
 
 
 def routed_params_per_layer(model: ModelSpec) -> int:
-    """Weights of one MoE layer's routed experts, E (fc1_width + 1) h f_e (E x 3 h f_e for SwiGLU); 0 for a
-    dense model."""
+    """Weights of one MoE layer's routed experts, E (fc1_width + 1) w f_e (E x 3 h f_e for SwiGLU; w the
+    experts' width, MoESpec.width); 0 for a dense model."""
     if model.moe is None:
         return 0
     fe = model.moe.expert_ffn_hidden_size
-    return model.moe.num_experts * (model.fc1_width(fe) + fe) * model.hidden_size
+    return model.moe.num_experts * (model.fc1_width(fe) + fe) * model.moe.width(model.hidden_size)
 
 
 def layer_params(model: ModelSpec) -> int:
@@ -863,8 +870,9 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
     input embedding with multi-token prediction, whose depths on the last rank embed the next tokens
     (GPTModel builds it where pre_process or mtp_process) [megatron-core 0.19.2 models/gpt/gpt_model.py:
     GPTModel.__init__]; the MTP depths themselves are on the last rank too (mtp_stage_params).
-    ASSUMPTION: every weight but MLA's duplicated down-projections is split by tp; the replicated
-    norms, biases and router are < 0.1 % of a layer.
+    Whole on every TP rank: MLA's duplicated down-projections and LatentMoE's latent projections
+    (tp_whole_params). ASSUMPTION: every other weight is split by tp; the replicated norms, biases and
+    router are < 0.1 % of a layer.
     """
     p, dense = layout.pp, dense_layers_on(model, layout, stage)
     if model.hybrid:
@@ -877,8 +885,24 @@ def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> f
         n += model.output_params + mtp_stage_params(model, layout)
         if ends_share_embedding(model, p):
             n += model.vocab_size * model.hidden_size
-    dup = (layers + (model.mtp_layers if stage == p - 1 else 0)) * model.mla_duplicated_params  # whole on every TP rank
+    dup = tp_whole_params(model, layout, stage, layers)
     return (n - dup) / layout.tp + dup
+
+
+def tp_whole_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> int:
+    """Of stage_params' weights, those whole on every TP rank: MLA's duplicated down-projections per layer
+    and LatentMoE's two latent projections per MoE layer (MoESpec.latent_params), the last rank's MTP depths'
+    included (mtp_whole_params)."""
+    own = layers * model.mla_duplicated_params
+    if model.moe is not None:
+        own += (moe_layers_on(model, layout, stage, layers) - mtp_moe_layers(model, layout, stage)) * model.moe.latent_params(model.hidden_size)
+    return own + (mtp_whole_params(model) if stage == layout.pp - 1 else 0)
+
+
+def mtp_whole_params(model: ModelSpec) -> int:
+    """Of the MTP depths' weights (mtp_stage_params), those whole on every TP rank (tp_whole_params)."""
+    latent = model.moe.latent_params(model.hidden_size) if model.moe is not None and model.mtp_layer_is_moe else 0
+    return model.mtp_param_depths * (model.mla_duplicated_params + latent)
 
 
 def ends_share_embedding(model: ModelSpec, pp: int) -> bool:
@@ -892,7 +916,7 @@ def mtp_stage_params(model: ModelSpec, layout: Layout) -> int:
     """Parameters of the multi-token prediction depths the last rank holds that TP splits and the
     data-parallel group replicates: ModelSpec.mtp_params less an MoE layer's routed experts, which
     param_shards counts with the rank's other experts; 0 without MTP."""
-    return model.mtp_params - (model.mtp_layers * routed_params_per_layer(model) if model.mtp_layer_is_moe else 0)
+    return model.mtp_params - (model.mtp_param_depths * routed_params_per_layer(model) if model.mtp_layer_is_moe else 0)
 
 
 @dataclass(frozen=True)
@@ -922,9 +946,9 @@ def param_shards(model: ModelSpec, layout: Layout, stage: int, layers: int) -> t
 
 
 def mtp_moe_layers(model: ModelSpec, layout: Layout, stage: int) -> int:
-    """MoE layers the multi-token prediction depths add to pipeline rank `stage`: mtp_layers on the last
-    rank where the last decoder layer is MoE (ModelSpec.mtp_layer_is_moe), else 0."""
-    return model.mtp_layers if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0
+    """MoE layers with weights the multi-token prediction depths add to pipeline rank `stage`:
+    ModelSpec.mtp_param_depths on the last rank where the depth is MoE (ModelSpec.mtp_layer_is_moe), else 0."""
+    return model.mtp_param_depths if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0
 
 
 def in_flight_microbatches(layout: Layout, stage: int, num_microbatches: int) -> float:
@@ -1202,18 +1226,18 @@ def stage_linear_params(model: ModelSpec, training: TrainingSpec, layout: Layout
     dense layers' included; its BF16 first/last layers, bf16_layers_on, not; the last rank's MTP
     layers, which run under the recipe [megatron-core 0.19.2 transformer/multi_token_prediction.py:
     MultiTokenPredictionLayer.get_inner_quantization_context], included)."""
+    mtp = model.mtp_param_depths * linear_params_per_gpu(model, layout, model.mtp_layer_is_moe) if stage == layout.pp - 1 else 0.0
     if model.hybrid:  # no BF16 end layers (planner.space)
-        return sum(k * linear_params_per_gpu(model, layout, symbol=c) for c, k in symbols_on(model, layout, stage).items())
+        return mtp + sum(k * linear_params_per_gpu(model, layout, symbol=c) for c, k in symbols_on(model, layout, stage).items())
     dense = dense_layers_on(model, layout, stage)
     low = layers - bf16_layers_on(model, training, layout, stage)  # BF16 end layers: dense models only (planner.space)
-    mtp = model.mtp_layers * linear_params_per_gpu(model, layout, model.mtp_layer_is_moe) if stage == layout.pp - 1 else 0.0
     return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False) + mtp
 
 
 def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True, symbol: str | None = None) -> float:
     """FP8-capable linear weights of one layer on one GPU: split by tp, but for MLA's duplicated
     down-projections (whole on every rank); an MoE layer's routed experts split by ep x etp and its
-    shared experts by tp (the router stays in high precision). moe_layer=False: one of an MoE
+    shared experts by tp, LatentMoE's latent projections whole (the router stays in high precision). moe_layer=False: one of an MoE
     model's leading dense layers. symbol: a hybrid model's layer, its one block's linears (a Mamba-2
     layer's in_proj and out_proj; the convolution and the scan are not GEMMs)."""
     h, tp = model.hidden_size, layout.tp
@@ -1231,7 +1255,7 @@ def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = Tr
         return attention + (linear_params_per_layer(model) - _attention_linear(model)) / tp
     e = model.moe
     fs = e.shared_expert_ffn_hidden_size
-    return (attention + (model.fc1_width(fs) + fs) * h / tp
+    return (attention + (model.fc1_width(fs) + fs) * h / tp + e.latent_params(h)
             + routed_params_per_layer(model) / (layout.ep * layout.expert_tp))
 
 

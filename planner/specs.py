@@ -249,6 +249,15 @@ class MoESpec(_Spec):
     reaches (comm.remote_nodes). None: every expert open to every token."""
     router_group_topk: _count(1 << 16) | None = None
     """Groups each token's experts come from (with router_groups)."""
+    latent_size: _count(MAX_WIDTH) | None = None
+    """LatentMoE (Nemotron-3 Super: 1024; Megatron --moe-latent-size, HF moe_latent_size): the routed
+    experts work on a latent width. The router and shared experts see the block's input h; fc1_latent_proj
+    (h -> latent) runs before dispatch, the tokens travel and the experts compute latent-wide (FC1 latent ->
+    f_e, FC2 f_e -> latent), and fc2_latent_proj (latent -> h) runs after combine. Both projections are
+    TELinear in 'duplicated' mode: whole on every TP rank, outside the expert grid, their gradients
+    all-reduced over TP with sequence parallelism [megatron-core 0.19.2 transformer/moe/moe_layer.py:
+    MoELayer.__init__, preprocess, postprocess; transformer/moe/experts.py: TEGroupedMLP.__init__;
+    extensions/transformer_engine.py: TELinear.__init__]. None: the experts are h wide."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -265,6 +274,15 @@ class MoESpec(_Spec):
         if self.shared_expert_gate and not self.shared_expert_ffn_hidden_size:
             raise ValueError("shared_expert_gate: gates the shared experts; set shared_expert_ffn_hidden_size")
         return self
+
+    def width(self, hidden_size: int) -> int:
+        """The width routed tokens have from dispatch to combine, and the experts' input and output width:
+        latent_size with LatentMoE, else the model's hidden size."""
+        return self.latent_size or hidden_size
+
+    def latent_params(self, hidden_size: int) -> int:
+        """Parameters of the two latent projections (h x latent each, no bias); 0 without LatentMoE."""
+        return 2 * hidden_size * self.latent_size if self.latent_size else 0
 
 
 class MLASpec(_Spec):
@@ -408,7 +426,16 @@ class ModelSpec(_Spec):
     then the shared output layer and a loss [megatron-core 0.19.2 transformer/multi_token_prediction.py:
     MultiTokenPredictionLayer, process_mtp_loss; models/gpt/gpt_layer_specs.py:
     get_gpt_mtp_block_spec_for_backend, layer_specs[-1]]. Its parameters (mtp_params) are outside
-    num_params, as published totals count them (DeepSeek-V3: 671B main model, 14B MTP module)."""
+    num_params, as published totals count them (DeepSeek-V3: 671B main model, 14B MTP module). A hybrid
+    model's depth is the pattern '*E' (attention, then an MoE block; '*-' without experts), which is one
+    transformer layer of that kind: Megatron's '--hybrid-layer-pattern main/*E/*E' [megatron-core 0.19.2
+    models/hybrid/hybrid_layer_allocation.py: parse_hybrid_pattern; Nemotron-3 Super's HF
+    mtp_hybrid_override_pattern '*E']."""
+    mtp_shared: Bool = False
+    """The MTP depths run one shared set of weights, mtp_layers times (Megatron --mtp-use-repeated-layer;
+    Nemotron-3 Super trains 2 depths of its one '*E' block) [megatron-core 0.19.2
+    transformer/multi_token_prediction.py: MultiTokenPredictionBlock._build_layers]: its parameters,
+    gradients and optimizer state count once, its time and activations once per depth."""
     moe: MoESpec | None = None
     """Mixture-of-Experts MLPs (llama family); None = dense."""
     mla: MLASpec | None = None
@@ -458,6 +485,8 @@ class ModelSpec(_Spec):
             raise ValueError("qkv_bias: linear_bias already puts a bias on Q/K/V; set one of them")
         if self.layer_pattern is not None:
             self._check_pattern()
+        if self.mtp_shared and not self.mtp_layers:
+            raise ValueError("mtp_shared: shares the weights of MTP depths; set mtp_layers")
         if self.moe is not None and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(f"moe: first_dense_layers ({self.moe.first_dense_layers}) exceeds num_layers ({self.num_layers})")
         if self.moe is not None and (self.num_layers - self.moe.first_dense_layers) % self.moe.layer_step:
@@ -482,7 +511,7 @@ class ModelSpec(_Spec):
         if self.moe is not None and (self.moe.first_dense_layers or self.moe.layer_step > 1):
             raise ValueError("moe: with layer_pattern the pattern places the MoE layers; leave first_dense_layers "
                              "and layer_step at their defaults")
-        for name in ("mla", "sliding_window", "attention_chunk", "mtp_layers", "linear_bias", "attention_sinks"):
+        for name in ("mla", "sliding_window", "attention_chunk", "linear_bias", "attention_sinks"):
             if getattr(self, name):
                 raise ValueError(f"{name}: not priced in a hybrid (layer_pattern) model")
 
@@ -565,10 +594,11 @@ class ModelSpec(_Spec):
         """Whether training runs dropout (and keeps its masks): `dropout`, or the family's default."""
         return self.dropout if self.dropout is not None else self.family == Family.GPT
 
-    def mlp_params(self, ffn: int) -> int:
-        """One MLP (or expert) of inner width ffn: FC1 (gate and up, 2 h f; h f ungated) and FC2 (h f),
-        plus their biases (fc1_width + h) with linear_bias."""
-        h, fc1 = self.hidden_size, self.fc1_width(ffn)
+    def mlp_params(self, ffn: int, width: int | None = None) -> int:
+        """One MLP (or expert) of inner width ffn on `width`-wide tokens (the hidden size unless given:
+        a LatentMoE expert's is the latent): FC1 (gate and up, 2 w f; w f ungated) and FC2 (w f), plus
+        their biases (fc1_width + w) with linear_bias."""
+        h, fc1 = width or self.hidden_size, self.fc1_width(ffn)
         return (fc1 + ffn) * h + ((fc1 + h) if self.linear_bias else 0)
 
     @cached_property
@@ -613,9 +643,14 @@ class ModelSpec(_Spec):
         router = h * e.num_experts + (e.num_experts if self.linear_bias else 0)
         shared = self.mlp_params(e.shared_expert_ffn_hidden_size) if e.shared_expert_ffn_hidden_size else 0
         shared += h if e.shared_expert_gate else 0
-        base = h + router + shared
-        expert = self.mlp_params(e.expert_ffn_hidden_size)
+        base = h + router + shared + e.latent_params(h)
+        expert = self.expert_params
         return base + e.num_experts * expert, base + e.top_k * expert
+
+    @cached_property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert: mlp_params(f_e) at the experts' width (MoESpec.width)."""
+        return self.mlp_params(self.moe.expert_ffn_hidden_size, self.moe.width(self.hidden_size))
 
     def symbol_params(self, symbol: str) -> tuple[int, int]:
         """(total, active) parameters of one hybrid layer of HYBRID_SYMBOLS `symbol`, its norm included."""
@@ -629,8 +664,19 @@ class ModelSpec(_Spec):
     @cached_property
     def mtp_layer_is_moe(self) -> bool:
         """Whether an MTP depth's transformer layer is an MoE layer: it is built from the last decoder
-        layer's spec (get_gpt_mtp_block_spec_for_backend: spec.layer_specs[-1])."""
-        return self.is_moe_layer(self.num_layers - 1)
+        layer's spec (get_gpt_mtp_block_spec_for_backend: spec.layer_specs[-1]); a hybrid model's depth
+        is '*E' where it has experts, '*-' where not (mtp_layers)."""
+        return self.moe is not None if self.hybrid else self.is_moe_layer(self.num_layers - 1)
+
+    @property
+    def mtp_pattern(self) -> str:
+        """A hybrid model's MTP depth in Megatron's pattern symbols: '*E' with experts, else '*-'."""
+        return "*E" if self.moe is not None else "*-"
+
+    @property
+    def mtp_param_depths(self) -> int:
+        """MTP depths with weights of their own: 1 where they share one (mtp_shared), else mtp_layers."""
+        return min(1, self.mtp_layers) if self.mtp_shared else self.mtp_layers
 
     @cached_property
     def mtp_depth_params(self) -> int:
@@ -643,8 +689,8 @@ class ModelSpec(_Spec):
 
     @cached_property
     def mtp_params(self) -> int:
-        """Parameters of the multi-token prediction module (mtp_layers depths; 0 without)."""
-        return self.mtp_layers * self.mtp_depth_params
+        """Parameters of the multi-token prediction module (mtp_param_depths depths; 0 without)."""
+        return self.mtp_param_depths * self.mtp_depth_params
 
     @cached_property
     def active_params(self) -> int:

@@ -156,6 +156,10 @@ def _validate(p: dict) -> dict:
                "moe_shared_expert_gate": bool(getattr(cfg, "moe_shared_expert_gate", False)),
                "moe_router_num_groups": getattr(cfg, "moe_router_num_groups", None),
                "mtp_num_layers": getattr(cfg, "mtp_num_layers", None), "mtp_ranks": mtp_ranks,
+               "mtp_use_repeated_layer": bool(getattr(cfg, "mtp_use_repeated_layer", False)),
+               # a hybrid model's MTP depth as HybridModel parses it from the unified pattern ('main/*E/*E')
+               "hybrid_mtp": _hybrid_mtp(args) if hybrid is not None else None,
+               "moe_latent_size": getattr(cfg, "moe_latent_size", None),
                "moe_token_dispatcher_type": getattr(cfg, "moe_token_dispatcher_type", None),
                # token dropping as the router and dispatcher read it (moe_utils.get_capacity)
                "moe_expert_capacity_factor": getattr(cfg, "moe_expert_capacity_factor", None),
@@ -170,6 +174,14 @@ def _validate(p: dict) -> dict:
                "optimizer_offload_fraction": getattr(args, "optimizer_offload_fraction", None),
                "overlap_cpu_optimizer_d2h_h2d": bool(getattr(args, "overlap_cpu_optimizer_d2h_h2d", False))}
     return {"ok": True, "stage": "done", "message": "", "details": details}
+
+
+def _hybrid_mtp(args) -> list:
+    """[depth pattern, depths] of a hybrid pattern's MTP part (parse_hybrid_pattern; [None, 0] without)."""
+    from megatron.core.models.hybrid.hybrid_layer_allocation import parse_hybrid_pattern
+
+    parsed = parse_hybrid_pattern(args.hybrid_layer_pattern)
+    return [parsed.mtp_pattern, parsed.mtp_num_depths]
 
 
 def _hybrid_split(args, vpp) -> tuple[list[list[int]], list[list[str]]]:

@@ -55,15 +55,17 @@ def hybrid_pattern(plan: Plan) -> str:
     no --pipeline-model-parallel-layout, --num-virtual-stages-per-pipeline-rank or, with pipes, uneven
     first/last counts beside them [megatron-core 0.19.2 training/arguments.py: validate_args,
     get_hybrid_total_pipeline_segment_count]). The stages hold the layers planner.memory.symbols_on
-    counts (virtual_stage_layers)."""
+    counts (virtual_stage_layers). MTP depths follow after a '/' each, ModelSpec.mtp_pattern, on the last
+    rank (models/hybrid/hybrid_layer_allocation.py: parse_hybrid_pattern; hybrid_model.py: mtp_process)."""
     m, lay = plan.model, plan.layout
+    mtp = "".join("/" + m.mtp_pattern for _ in range(m.mtp_layers))
     if lay.pp == 1:
-        return m.layer_pattern
+        return m.layer_pattern + mtp
     parts, start = [], 0
     for n in virtual_stage_layers(m, lay):
         parts.append(m.layer_pattern[start:start + n])
         start += n
-    return "|".join(parts)
+    return "|".join(parts) + mtp
 
 
 def megatron_args(plan: Plan) -> list[str]:
@@ -121,6 +123,8 @@ def megatron_args(plan: Plan) -> list[str]:
         # experts; the auxiliary loss only nudges the router toward the balance the cost model assumes
         a += ["--num-experts", str(e.num_experts), "--moe-router-topk", str(e.top_k),
               "--moe-ffn-hidden-size", str(e.expert_ffn_hidden_size), "--moe-grouped-gemm",
+              # LatentMoE: the experts' width from dispatch to combine (moe_time, moe_routed_bytes, tp_whole_params)
+              *(["--moe-latent-size", str(e.latent_size)] if e.latent_size else []),
               *(["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"]
                 if lay.moe_dispatcher == "deepep" else ["--moe-token-dispatcher-type", lay.moe_dispatcher]),
               "--moe-router-load-balancing-type", "aux_loss",
@@ -146,6 +150,8 @@ def megatron_args(plan: Plan) -> list[str]:
     if m.mtp_layers:  # on the last rank (Megatron's place without a layout; the layout string puts 'm' there),
         # priced by planner.cost.mtp_head_time and the last rank's MTP layer terms, held in the ledger's mtp item
         a += ["--mtp-num-layers", str(m.mtp_layers)]
+        if m.mtp_shared:  # one block's weights for every depth (ModelSpec.mtp_param_depths in the ledger)
+            a += ["--mtp-use-repeated-layer"]
     if m.positions in ("rope", "none"):
         a += ["--position-embedding-type", m.positions]
     if not m.tied_embeddings:
