@@ -159,7 +159,7 @@ MUTANTS = [
     ("planner/comm.py", "tree = base + (2 * math.log2(nodes) - 1) * NCCL_NET_TREE_HOP_S", "tree = base + math.log2(nodes) * NCCL_NET_TREE_HOP_S",
      "tree all-reduce crosses log2(nodes) levels, not 2 log2"),
     # Mixture-of-Experts and MLA
-    ("planner/cost.py", "alltoall_time(cluster, group, 2 * routed * h)", "alltoall_time(cluster, group, 2 * n * h)",
+    ("planner/cost.py", "alltoall_time(cluster, group, 2 * routed * w)", "alltoall_time(cluster, group, 2 * n * w)",
      "MoE: dispatch ignores top-k"),
     ("planner/comm.py", "net_bytes = tokens * row_bytes * remote_nodes(num_experts, top_k, group.nodes, groups, group_topk)",
      "net_bytes = tokens * row_bytes * top_k * (n - group.per_node) / n", "MoE: DeepEP sends every copy over the network"),
@@ -377,7 +377,7 @@ MUTANTS = [
     ("planner/memory.py", "return pp > 1 and bool(model.tied_embeddings or model.mtp_layers)",
      "return pp > 1 and bool(model.tied_embeddings)",
      "MTP's embedding copy not held"),
-    ("planner/memory.py", "    return model.mtp_layers if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0",
+    ("planner/memory.py", "    return model.mtp_param_depths if stage == layout.pp - 1 and model.mtp_layer_is_moe else 0",
      "    return 0", "MTP depth's experts not held"),
     ("planner/memory.py", 'MemoryItem("mtp", model.mtp_layers * (depth + logits),', 'MemoryItem("mtp", model.mtp_layers * depth,',
      "MTP depth's logits and loss not held"),
@@ -385,8 +385,8 @@ MUTANTS = [
      "    if True:\n        return 0.0", "shared embedding's gradient sync free"),
     ("planner/cost.py", '    group = placement(cluster, (2, axis_stride(layout, "pp") * (p - 1)))',
      '    group = placement(cluster, (2, 1))', "shared embedding's gradient synced over NVLink neighbours"),
-    ("planner/cost.py", 'rs = collective_time(cluster, group, "reducescatter", gathered * 4 * h)',
-     'rs = collective_time(cluster, group, "reducescatter", gathered * 2 * h)', "all-gather dispatcher combines in BF16"),
+    ("planner/cost.py", 'rs = collective_time(cluster, group, "reducescatter", gathered * 4 * w)',
+     'rs = collective_time(cluster, group, "reducescatter", gathered * 2 * w)', "all-gather dispatcher combines in BF16"),
     ("planner/cost.py", "        group = placement(cluster, (ep * etp, 1))\n        gathered = n * ep * etp",
      "        group = placement(cluster, (ep, 1))\n        gathered = n * ep", "all-gather dispatcher gathers over EP only"),
     ("planner/pipeline_layout.py", 'stages[-1] = stages[-1] + "m" * mtp + "L"', 'stages[-1] = stages[-1] + "L"',
@@ -429,6 +429,26 @@ MUTANTS = [
      "freed += 0.0", "recompute 'moe' frees nothing"),
     ("planner/cost.py", 'modules.append(("moe", moe.gemm + moe.memory + moe.ep))',
      'modules.append(("moe", moe.gemm + moe.memory))', "recompute 'moe' without its all-to-alls"),
+    ("planner/specs.py", "base = h + router + shared + e.latent_params(h)", "base = h + router + shared",
+     "latent: the latent projections not counted"),
+    ("planner/specs.py", "return self.latent_size or hidden_size", "return hidden_size", "latent: experts h wide"),
+    ("planner/memory.py", "own += moe * model.moe.latent_params(model.hidden_size)", "own += 0",
+     "latent: the latent projections split by tp"),
+    ("planner/memory.py", "experts += act_b * tokens * e.latent_size +", "experts += 0 * tokens * e.latent_size +",
+     "latent: fc2_latent_proj's input not kept"),
+    ("planner/cost.py", "gemm += _gemm_time(cluster, [2 * n * h * e.latent_size, 2 * n * e.latent_size * h]",
+     "gemm += 0 * _gemm_time(cluster, [2 * n * h * e.latent_size, 2 * n * e.latent_size * h]",
+     "latent: the latent projections' GEMMs free"),
+    ("planner/cost.py", "ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * w) + probs)",
+     "ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + probs)", "latent: all-to-all carries h-wide rows"),
+    ("planner/cost.py", "moe = 2 * (h * (e.num_experts + shared) + e.top_k * width * e.width(h) + e.latent_params(h))",
+     "moe = 2 * (h * (e.num_experts + shared) + e.top_k * width * e.width(h))", "latent: projections left out of model FLOPs"),
+    ("planner/specs.py", "return min(1, self.mtp_layers) if self.mtp_shared else self.mtp_layers", "return self.mtp_layers",
+     "hybrid MTP: a shared block held once per depth"),
+    ("planner/cost.py", "kind = _layer_time(model, cluster, training, layout, dense=not model.mtp_layer_is_moe)",
+     "kind = lt", "hybrid MTP: a depth priced as its rank's E layer only"),
+    ("planner/emit/megatron.py", 'mtp = "".join("/" + m.mtp_pattern for _ in range(m.mtp_layers))', 'mtp = ""',
+     "hybrid MTP: the pattern without its depths"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
@@ -447,6 +467,7 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
     ("deepseek-v3", "dgx-h100", 32, 512, 4096, "megatron", {"pp": 1}),
     ("qwen3-30b-a3b", "dgx-h100", 2, 64, 4096, "torchtitan"),
     ("nemotron-3-nano-30b-a3b", "dgx-h100", 2, 256, 8192, "megatron"),
+    ("nemotron-3-super-120b-a12b", "gb200-nvl72", 16, 512, 8192, "megatron"),
 ]
 
 RECOMMEND = """
@@ -472,7 +493,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
                                        "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
-                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py")
+                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

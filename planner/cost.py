@@ -540,7 +540,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
     LatentMoE (MoESpec.latent_size, L): the rows from dispatch to combine and the experts' GEMMs are L
     wide, and the two latent projections (h x L, whole on every TP rank) run on the rank's own N tokens
-    in the linears' format [moe/moe_layer.py: MoELayer.preprocess, postprocess]. Without --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
+    in the linears' format [moe/moe_layer.py: MoELayer.preprocess, postprocess]. Without
+    --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
     TrainingSpec.moe_routing sets the busiest rank's rows and all-to-all volume (memory.routed_rows):
     the imbalance scales them (1: balanced), a capacity factor caps them and padding to capacity fixes
     them at E etp C, the padded rows sent, permuted and computed like real ones [megatron-core 0.19.2

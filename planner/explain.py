@@ -79,23 +79,25 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     where = ("inside one NVLink domain" if group.tier in ("nvlink", "local") else
              f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
     tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
-    per_gpu = routed_rows(model, tokens, 1, training.moe_routing) * model.hidden_size * 2  # the busiest rank's
+    width = e.width(model.hidden_size)  # the routed rows' width (LatentMoE: the latent)
+    per_gpu = routed_rows(model, tokens, 1, training.moe_routing) * width * 2  # the busiest rank's
     pipe = b.time.pipeline  # the rank that spends most on dispatch (the slowest may hold dense layers only)
     ep_s = max(st.ep_comm for st in pipe.stages) * pipe.num_microbatches
     if lay.moe_dispatcher == "allgather":  # every token gathered over etp x ep (planner.cost.moe_time)
-        gathered = tokens * model.hidden_size * 2 * lay.ep * lay.expert_tp
+        gathered = tokens * width * 2 * lay.ep * lay.expert_tp
         moves = (f"the all-gather dispatcher gathers every rank's tokens, {gathered / 1e6:,.0f} MB, to each GPU and "
                  "reduce-scatters the outputs back, each again in backward")
     else:
         moves = f"each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch"
-    out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}; ep {lay.ep} x etp {lay.expert_tp} puts "
+    latent = f" on a {e.latent_size:,}-wide latent (LatentMoE: what the tokens carry to them)" if e.latent_size else ""
+    out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}{latent}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
            f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); "
            f"{_routing_phrase(training)}."]
     if (group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1
             and not training.moe_pad_to_capacity):  # DeepEP does not pad (space._expert_problems)
         a2a = alltoall_time(cluster, group, per_gpu)
-        deep = node_dedup_alltoall_time(cluster, group, tokens * training.moe_routing.share, model.hidden_size * 2,
+        deep = node_dedup_alltoall_time(cluster, group, tokens * training.moe_routing.share, width * 2,
                                         e.top_k, e.num_experts, e.router_groups, e.router_group_topk)
         out.append(f"The EP group crosses nodes with NCCL's all-to-all; DeepEP would send each token once per remote "
                    f"node ({deep / a2a:.0%} of the all-to-all's time here): plan with --moe-dispatcher "
@@ -164,8 +166,9 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     per_param = f"{st / psi:g}"
     usable = cluster.usable_memory
     need = "must be sharded (ZeRO) or split (TP/PP)" if st > usable else "fits on one GPU unsharded"
-    mtp = (f" (its {model.mtp_layers} multi-token prediction depth(s), {model.mtp_params / 1e9:.1f}B more, sit on the "
-           "last pipeline rank)") if model.mtp_layers else ""
+    shared = " sharing one block" if model.mtp_shared and model.mtp_layers > 1 else ""
+    mtp = (f" (its {model.mtp_layers} multi-token prediction depth(s){shared}, {model.mtp_params / 1e9:.1f}B more, sit on "
+           "the last pipeline rank)") if model.mtp_layers else ""
     lines.append(f"Static memory: {psi / 1e9:.1f}B parameters x {per_param} bytes = {st / GB:,.0f} GB against "
                  f"{cluster.gpu.memory / GB:.0f} GB per GPU ({usable / GB:.0f} GB after the overhead item), so the model state "
                  f"{need}{mtp}.")
@@ -217,11 +220,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
     act = activation_bytes_per_layer(model, lay.micro_batch_size, s, **sp)
     half = activation_bytes_per_layer(model, lay.micro_batch_size, max(2 * lay.cp * lay.tp, s // 2), **sp)
     dqk, dv = model.core_head_dims  # the attention core's FLOPs against the layers' [Korthikanti22 Eq. 7]
-    core = 2 * s * model.num_attention_heads * (dqk + dv) * model.num_layers
-    attn_share = core / (model_flops_per_token(model, s) / 3 - core)
+    attention_layers = (model.layer_pattern.count("*") if model.hybrid else model.num_layers) + model.mtp_layers
+    core = 2 * s * model.num_attention_heads * (dqk + dv) * attention_layers
     lines.append(f"Sequence length {s}: one layer's activations are {act / GiB:.2f} GiB per micro-batch per GPU "
-                 f"({half / GiB:.2f} GiB at half the length); attention is {attn_share / (1 + attn_share):.0%} of a layer's "
-                 f"model FLOPs"
+                 f"({half / GiB:.2f} GiB at half the length); the attention core is "
+                 f"{core / (model_flops_per_token(model, s) / 3):.0%} of the model FLOPs"
                  + (f", of whose score matrix the kernel computes {computed_score_share(model, s, training.document_tokens):.1%}"
                     f" (masked per document of {training.document_tokens} tokens)" if training.document_tokens else "")
                  + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))

@@ -895,7 +895,8 @@ def tp_whole_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -
     included (mtp_whole_params)."""
     own = layers * model.mla_duplicated_params
     if model.moe is not None:
-        own += (moe_layers_on(model, layout, stage, layers) - mtp_moe_layers(model, layout, stage)) * model.moe.latent_params(model.hidden_size)
+        moe = moe_layers_on(model, layout, stage, layers) - mtp_moe_layers(model, layout, stage)
+        own += moe * model.moe.latent_params(model.hidden_size)
     return own + (mtp_whole_params(model) if stage == layout.pp - 1 else 0)
 
 
