@@ -279,6 +279,14 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
     return runs
 
 
+NVFP4_ROWS = ("NVFP4 under a per-module quantization recipe (Megatron-Bridge perf_recipes/nemotronh/te_quant.cfg: "
+              "attention, the latent projections and MTP in BF16, Mamba out_proj in MXFP8) the planner does not express")
+"""Why the NVFP4 rows (all Nemotron-3 Super's) are not priced: their last 14 layers in BF16 are (TrainingSpec.
+bf16_last_layers, any model), but their recipe also loads a quant_recipe that picks a format per module
+[NVIDIA-NeMo/Megatron-Bridge v0.4.0 scripts/performance/configs/nemotronh/nemotron_3_llm_pretrain.py:
+set_nemotron_3_super_common_configs; v0.6.0 src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py]."""
+
+
 def _moe_fp8(prec: str, group: str) -> str | None | bool:
     """The FP8 recipe of an MoE row's precision: MXFP8 / FP8-MX -> mxfp8; FP8-CS and Megatron-Bridge's
     unqualified FP8 (its perf recipes are *_FP8_CS_*: current scaling) -> tensorwise; 25.09's
@@ -508,7 +516,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
         tokens = _moe_measured_tokens(r)
         rc = _recompute(r.get("recompute")) or ("none" if r.get("recompute") is None else None)
         why = (model if isinstance(model, str) else
-               "NVFP4 is not priced" if fp8 is False else
+               NVFP4_ROWS if fp8 is False else
                f"no catalogued cluster for {r['gpu_type']}" if cluster is None else
                "FSDP sharding (NeMo AutoModel's FSDP2 with experts is not priced; Megatron-FSDP's is)" if par.get("fsdp") else
                f"recompute '{r.get('recompute')}'" if rc is None else

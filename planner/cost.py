@@ -39,7 +39,7 @@ from planner.memory import (
     TE_RECIPES,
     ParamShard,
     adam_bytes,
-    bf16_layers_on,
+    bf16_kinds_on,
     linear_params_per_gpu,
     loss_kind,
     moe_layers_on,
@@ -956,6 +956,14 @@ def _pieces(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layo
     return _pieces_of(model, cluster, training, layout, (stage,))[0]
 
 
+def _kind_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, kind: str) -> LayerTime:
+    """One layer of memory.layer_kind `kind`: a hybrid model's symbol, an MoE model's 'E' or '-' layer, a dense
+    model's layer."""
+    if model.hybrid:
+        return _layer_time(model, cluster, training, layout, symbol=kind)
+    return _layer_time(model, cluster, training, layout, dense=model.moe is not None and kind == "-")
+
+
 def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout,
                stages: tuple[int, ...]) -> list[_Pieces]:
     """_pieces of each of `stages`, the terms every rank shares computed once. A hybrid model's ranks are
@@ -984,9 +992,11 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         if stage == p - 1 and model.mtp_layers:
             offsets = [a + b for a, b in zip(offsets, _mtp_terms(model, cluster, training, layout, lt, unpaired))]
 
-        def instead(n: int, lt_other: LayerTime) -> None:
-            """n of the rank's layers run as lt_other (recomputed first): their difference goes to the offsets."""
-            extra = [a - b for a, b in zip(_layer_terms(lt_other, layout, unpaired), base)]
+        def instead(n: int, lt_other: LayerTime, lt_from: LayerTime | None = None) -> None:
+            """n of the rank's layers run as lt_other instead of the base layer (or lt_from), recomputed first:
+            their difference goes to the offsets."""
+            was = base if lt_from is None else _layer_terms(lt_from, layout, unpaired)
+            extra = [a - b for a, b in zip(_layer_terms(lt_other, layout, unpaired), was)]
             for j, w in enumerate((n, recomputed_layers(layout, n), n, n, n)):
                 offsets[j] += w * extra[j]
         d = dense_layers_on(model, layout, stage)
@@ -995,9 +1005,9 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         for c, n in symbols_on(model, layout, stage).items():  # a hybrid model's other kinds of layer
             if c != base_symbol:
                 instead(n, _layer_time(model, cluster, training, layout, symbol=c))
-        if k := bf16_layers_on(model, training, layout, stage):  # BF16 first/last layers (dense models)
-            instead(k, _layer_time(model, cluster, training.model_copy(update={"fp8": None, "fp8_param_gather": False}),
-                                   layout))
+        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False})
+        for c, k in bf16_kinds_on(model, training, layout, stage).items():  # BF16 first/last layers, by kind
+            instead(k, _kind_time(model, cluster, bf16, layout, c), _kind_time(model, cluster, training, layout, c))
         acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
         offsets.append(acc_fixed)
         out.append(_Pieces(compute + tpc + cpc + epc + acc, rc, sum(offsets), 2 * v * send, hidden, compute, tpc, cpc,
@@ -1216,7 +1226,8 @@ def pipeline_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     p = layout.pp
     # a rank's pieces depend on whether it is the first (the embedding's gradients) or the last (the
     # logits, the output layer's gradients) and on its dense layers (a hybrid model's layer kinds) only
-    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i), bf16_layers_on(model, training, layout, i),
+    kinds = [(i == 0, i == p - 1, dense_layers_on(model, layout, i),
+              tuple(sorted(bf16_kinds_on(model, training, layout, i).items())),
               tuple(sorted(symbols_on(model, layout, i).items()))) for i in range(p)]
     first = {k: i for i, k in reversed(list(enumerate(kinds)))}
     by_kind = dict(zip(first, _pieces_of(model, cluster, training, layout, tuple(first.values()))))

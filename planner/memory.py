@@ -844,21 +844,39 @@ def rank_layer_numbers(chunks, pp: int, stage: int):
 
 def bf16_layers_on(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int) -> int:
     """Layers of pipeline rank `stage` whose linears stay in BF16 under the low-precision recipe
-    (TrainingSpec.bf16_first_layers / bf16_last_layers: Megatron keeps the model's first and last
-    layers by global index in BF16 [Megatron-LM@d98e8a6 megatron/core/fp8_utils.py: get_fp8_context,
-    fp4_utils.py: get_fp4_context]). With an explicit split they fall where it puts the first and
-    last layers (stage i on rank i % pp); otherwise the first rank's first virtual stage holds the
-    first ones and the last rank's last virtual stage the last ones (planner.space requires it), so
-    the count does not depend on the rank's layer count, and the stage functions stay affine in it."""
+    (TrainingSpec.bf16_first_layers / bf16_last_layers): bf16_kinds_on, counted."""
+    return sum(bf16_kinds_on(model, training, layout, stage).values())
+
+
+def bf16_kinds_on(model: ModelSpec, training: TrainingSpec, layout: Layout, stage: int) -> dict[str, int]:
+    """The BF16 first/last layers on pipeline rank `stage` by kind (layer_kind): Megatron keeps the model's
+    first and last layers by global index in BF16 [Megatron-LM@d98e8a6 megatron/core/fp8_utils.py:
+    get_fp8_context, is_first_last_bf16_layer; fp4_utils.py: get_fp4_context], a hybrid stack's too
+    [megatron-core 0.19.2 models/hybrid/hybrid_block.py: HybridStack.forward, get_inner_quant_context]. With
+    an explicit split or a hybrid model's fixed one they fall where it puts the first and last layers (stage
+    i on rank i % pp); otherwise the first rank's first virtual stage holds the first ones and the last
+    rank's last virtual stage the last ones (planner.space requires it), so the counts do not depend on the
+    rank's layer count, and the stage functions stay affine in it."""
     k1, k2 = training.bf16_end_layers
     if not (k1 or k2):
-        return 0
-    p = layout.pp
-    if layout.pipeline_layers is None:
-        return (k1 if stage == 0 else 0) + (k2 if stage == p - 1 else 0)
-    L = model.num_layers
+        return {}
+    p, L = layout.pp, model.num_layers
     ends = set(range(min(k1, L))) | set(range(max(0, L - k2), L))  # global layer numbers
-    return sum(j in ends for j in rank_layer_numbers(layout.pipeline_layers, p, stage))
+    if model.hybrid:
+        held = set(rank_layer_numbers(virtual_stage_layers(model, layout), p, stage)) & ends
+    elif layout.pipeline_layers is not None:
+        held = set(rank_layer_numbers(layout.pipeline_layers, p, stage)) & ends
+    else:
+        held = (set(range(min(k1, L))) if stage == 0 else set()) | (set(range(max(0, L - k2), L)) if stage == p - 1 else set())
+    return dict(Counter(layer_kind(model, j) for j in sorted(held)))
+
+
+def layer_kind(model: ModelSpec, i: int) -> str:
+    """Layer i's kind for pricing it: a hybrid model's symbol (HYBRID_SYMBOLS), else 'E' for an MoE layer and
+    '-' for a dense one (every layer of a dense model)."""
+    if model.hybrid:
+        return model.layer_pattern[i]
+    return "E" if model.is_moe_layer(i) else "-"
 
 
 def stage_params(model: ModelSpec, layout: Layout, stage: int, layers: int) -> float:
@@ -1228,11 +1246,14 @@ def stage_linear_params(model: ModelSpec, training: TrainingSpec, layout: Layout
     layers, which run under the recipe [megatron-core 0.19.2 transformer/multi_token_prediction.py:
     MultiTokenPredictionLayer.get_inner_quantization_context], included)."""
     mtp = model.mtp_param_depths * linear_params_per_gpu(model, layout, model.mtp_layer_is_moe) if stage == layout.pp - 1 else 0.0
-    if model.hybrid:  # no BF16 end layers (planner.space)
-        return mtp + sum(k * linear_params_per_gpu(model, layout, symbol=c) for c, k in symbols_on(model, layout, stage).items())
+    bf16 = bf16_kinds_on(model, training, layout, stage)
+    if model.hybrid:
+        return mtp + sum((k - bf16.get(c, 0)) * linear_params_per_gpu(model, layout, symbol=c)
+                         for c, k in symbols_on(model, layout, stage).items())
     dense = dense_layers_on(model, layout, stage)
-    low = layers - bf16_layers_on(model, training, layout, stage)  # BF16 end layers: dense models only (planner.space)
-    return (low - dense) * linear_params_per_gpu(model, layout) + dense * linear_params_per_gpu(model, layout, False) + mtp
+    bf16_dense = bf16.get("-", 0) if model.moe is not None else 0  # a dense model's layers are all the default kind
+    low = layers - dense - (sum(bf16.values()) - bf16_dense)
+    return low * linear_params_per_gpu(model, layout) + (dense - bf16_dense) * linear_params_per_gpu(model, layout, False) + mtp
 
 
 def linear_params_per_gpu(model: ModelSpec, layout: Layout, moe_layer: bool = True, symbol: str | None = None) -> float:
@@ -1281,11 +1302,18 @@ def stage_activation_items(
               recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training),
               moe_scores_after_combine=uses_torchtitan(training))
     dense = dense_layers_on(model, layout, stage)
-    bf16 = bf16_layers_on(model, training, layout, stage)
+    bf16 = bf16_kinds_on(model, training, layout, stage)  # BF16 first/last layers by kind (layer_kind)
     symbols = symbols_on(model, layout, stage)  # a hybrid model's layers by kind
 
-    def layer_bytes(rc: str, moe_layer: bool = True, symbol: str | None = None) -> float:
-        return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, symbol=symbol, **kw)
+    def layer_bytes(rc: str, moe_layer: bool = True, symbol: str | None = None, fp8_inputs: bool | None = None) -> float:
+        over = {} if fp8_inputs is None else {"fp8_inputs": fp8_inputs}
+        return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, symbol=symbol, **{**kw, **over})
+
+    def kind_bytes(rc: str, kind: str, fp8_inputs: bool | None = None) -> float:
+        """One layer of layer_kind `kind`."""
+        if model.hybrid:
+            return layer_bytes(rc, symbol=kind, fp8_inputs=fp8_inputs)
+        return layer_bytes(rc, model.moe is None or kind == "E", fp8_inputs=fp8_inputs)
 
     def one_layer(rc: str) -> float:
         """The most one of the rank's layers keeps with `rc`."""
@@ -1294,11 +1322,9 @@ def stage_activation_items(
         return max(layer_bytes(rc), layer_bytes(rc, False) if dense else 0.0)
 
     def bf16_extra(rc: str) -> float:
-        """What one of the rank's BF16 first/last layers saves beyond a low-precision one (its linears'
+        """What the rank's BF16 first/last layers save beyond low-precision ones of their kinds (their linears'
         inputs in BF16); 0 without such layers."""
-        if not bf16:
-            return 0.0
-        return activation_bytes_per_layer(model, b, s, recompute=rc, **{**kw, "fp8_inputs": False}) - layer_bytes(rc)
+        return sum(k * (kind_bytes(rc, c, fp8_inputs=False) - kind_bytes(rc, c)) for c, k in bf16.items())
 
     def kept(rc: str, first: int) -> float:
         """Bytes for one micro-batch of the rank's layers from index `first` on, with `rc`: its leading
@@ -1319,14 +1345,14 @@ def stage_activation_items(
             per_mb = n_rc * layer_bytes("full") + kept("none", n_rc)
         # ASSUMPTION: with a partial count the BF16 layers are among the kept ones (an over-count on
         # the first rank, whose first layers Megatron recomputes)
-        per_mb += bf16 * bf16_extra("full" if layout.recompute_num_layers is None else "none")
+        per_mb += bf16_extra("full" if layout.recompute_num_layers is None else "none")
         items.append(MemoryItem("activations", flight * per_mb, f"{flight:g} micro-batches in flight"))
         if n_rc > 0:  # the layer being recomputed holds its full activations at the backward peak [MemRef §3]
-            peak = max(one_layer("none"), layer_bytes("none") + bf16_extra("none") if bf16 else 0.0)
+            peak = max([one_layer("none")] + [kind_bytes("none", c, fp8_inputs=False) for c in bf16])
             items.append(MemoryItem("recompute_peak", peak, "one layer re-materialised in backward"))
     else:
         rc = layout.recompute.value
-        items.append(MemoryItem("activations", flight * (kept(rc, 0) + bf16 * bf16_extra(rc)),
+        items.append(MemoryItem("activations", flight * (kept(rc, 0) + bf16_extra(rc)),
                                 f"{flight:g} micro-batches in flight"))
         if layout.recompute == Recompute.OP:  # backward re-materialises what the block did not keep
             items.append(MemoryItem("recompute_peak", layer_bytes("none") - layer_bytes("op"),

@@ -150,8 +150,7 @@ def _hybrid_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
     """What a hybrid (layer_pattern) model runs and the planner prices: Megatron's hybrid stack only
     (megatron-core 0.19.2 models/hybrid), its Mamba-2 heads and groups split over TP (ssm/mamba_mixer.py:
     MambaMixer.__init__ asserts nheads % tp and ngroups % tp; under FP8 in_proj's output width a multiple of
-    16), without what the hybrid cost terms leave out (CP's Mamba all-to-alls, ZeRO-3, TP overlap, BF16 end
-    layers)."""
+    16), without what the hybrid cost terms leave out (CP's Mamba all-to-alls, ZeRO-3, TP overlap)."""
     mb, bad = model.mamba, []
     if uses_deepspeed(training) or uses_torchtitan(training):
         bad.append(f"{model.name}: hybrid Mamba-2 models run on Megatron's hybrid stack only, not "
@@ -167,8 +166,6 @@ def _hybrid_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> l
         bad.append("zero_stage 3 with a hybrid model is not priced")
     if lay.tp_comm_overlap:
         bad.append("tp_comm_overlap with a hybrid model is not priced")
-    if any(training.bf16_end_layers):
-        bad.append("bf16_first_layers / bf16_last_layers with a hybrid model are not priced")
     if lay.vpp > 1 and lay.pipeline_layers is None and (lay.first_stage_layers is not None
                                                         or lay.last_stage_layers is not None):
         bad.append("a hybrid model with interleaving and uneven first/last stages: give pipeline_layers "
@@ -292,8 +289,8 @@ def _bf16_end_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) ->
     """Without an explicit split the BF16 first/last layers are priced on the first and last rank:
     their first and last virtual stages must hold them."""
     k1, k2 = training.bf16_end_layers
-    if not (k1 or k2) or lay.pipeline_layers is not None:
-        return []
+    if not (k1 or k2) or lay.pipeline_layers is not None or model.hybrid:  # a hybrid's split is fixed: they fall
+        return []  # where it puts them (memory.bf16_kinds_on)
     n = stage_layers(model, lay)
     if lay.pp * lay.vpp == 1:
         return [f"bf16_first_layers({k1}) + bf16_last_layers({k2}) > num_layers({model.num_layers})"] \
@@ -311,11 +308,10 @@ def _bf16_end_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) ->
 
 
 def _bf16_rule_problems(model: ModelSpec, training: TrainingSpec, lay: Layout) -> list[str]:
-    """BF16 first/last layers: Megatron's option, priced for dense models; at most num_layers // pp
-    each (megatron-core 0.19.2 TransformerConfig.__post_init__: max_bf16_layers_per_pipeline_stage)."""
+    """BF16 first/last layers: Megatron's option (dense, MoE and hybrid layers alike, memory.bf16_kinds_on);
+    at most num_layers // pp each (megatron-core 0.19.2 TransformerConfig.__post_init__:
+    max_bf16_layers_per_pipeline_stage)."""
     bad, most = [], model.num_layers // lay.pp
-    if model.moe is not None:
-        bad.append("bf16_first_layers / bf16_last_layers are priced for dense models only")
     if uses_deepspeed(training) or uses_torchtitan(training):
         bad.append("bf16_first_layers / bf16_last_layers are Megatron's (--first-last-layers-bf16)")
     for name, k in zip(("bf16_first_layers", "bf16_last_layers"), training.bf16_end_layers):

@@ -222,3 +222,59 @@ def test_explain_says_what_the_latent_tokens_carry_and_how_little_is_attention()
     assert "top-22 on a 1,024-wide latent" in experts and "each all-to-all moves 185 MB per GPU" in experts
     assert 2 * 8192 * 32 * 256 * 10 / 1e9 == pytest.approx(1.342, abs=1e-3)
     assert any("the attention core is 5% of the model FLOPs" in line for line in lines)
+
+
+def test_bf16_end_layers_take_each_layers_kind():
+    """Megatron keeps layers by global number in BF16 whatever they are: Super's last 14 ('EMEM*EMEMEMEME')
+    are 7 MoE, 6 Mamba-2 and 1 attention layer, all on the one rank at pp 1 and on the last at pp 2;
+    DeepSeek-V3's first 4 are its 3 dense layers and one MoE layer."""
+    from planner.memory import bf16_kinds_on
+
+    m = sup()
+    t = TrainingSpec(global_batch_size=512, seq_length=8192, fp8="nvfp4", bf16_last_layers=14)
+    assert bf16_kinds_on(m, t, Layout(pp=1), 0) == {"E": 7, "M": 6, "*": 1}
+    assert bf16_kinds_on(m, t, Layout(pp=2), 0) == {} and bf16_kinds_on(m, t, Layout(pp=2), 1) == {"E": 7, "M": 6, "*": 1}
+    ds = planner.load_model("deepseek-v3")
+    t = TrainingSpec(global_batch_size=512, seq_length=4096, fp8="mxfp8", bf16_first_layers=4, bf16_last_layers=2)
+    assert bf16_kinds_on(ds, t, Layout(pp=1), 0) == {"-": 3, "E": 3}
+
+
+@pytest.mark.parametrize("name, cluster, lay", [
+    (SUPER, "gb200-nvl72", dict(tp=2, dp=32, ep=64, etp=1, sequence_parallel=True, moe_dispatcher="deepep")),
+    ("mixtral-8x7b", "dgx-b200", dict(tp=1, dp=64, ep=8)),
+])
+def test_every_layer_in_bf16_is_the_bf16_run(name, cluster, lay):
+    """With all its layers kept in BF16 a low-precision run's layers cost and keep what a BF16 run's do:
+    compute, recompute, TP and EP terms and activations equal (MTP depths, which the recipe still runs in
+    NVFP4, left out), and no layer holds low-precision weight copies."""
+    m = planner.load_model(name).model_copy(update={"mtp_layers": 0, "mtp_shared": False})
+    c = planner.load_cluster(cluster, nodes=8 if cluster == "dgx-b200" else 16)
+    base = dict(global_batch_size=512, seq_length=4096)
+    layout = Layout(micro_batch_size=1, zero_stage=1, **lay)
+    bf16 = planner.evaluate(m, c, TrainingSpec(**base), layout)
+    every = planner.evaluate(m, c, TrainingSpec(**base, fp8="nvfp4", bf16_last_layers=m.num_layers), layout)
+    a, b = bf16.time.pipeline.stages[0], every.time.pipeline.stages[0]
+    for term in ("compute", "recompute", "tp_comm", "ep_comm"):
+        assert getattr(b, term) == pytest.approx(getattr(a, term), rel=1e-9), term
+
+    def item(plan, name):
+        return sum(i.bytes for i in plan.memory.stages[0].items if i.name == name)
+    assert item(every, "activations") == pytest.approx(item(bf16, "activations"), rel=1e-9)
+    assert item(every, "fp8_weights") == 0
+    mixed = planner.evaluate(m, c, TrainingSpec(**base, fp8="nvfp4", bf16_last_layers=4), layout)
+    assert every.step_time_s > mixed.step_time_s > planner.evaluate(m, c, TrainingSpec(**base, fp8="nvfp4"), layout).step_time_s
+
+
+def test_megatron_keeps_a_hybrids_last_layers_in_bf16(megatron_path):
+    """megatron-core 0.19.2 accepts Super's NVFP4 recipe with its last 14 layers in BF16."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron, megatron_payload
+
+    c = planner.load_cluster("gb200-nvl72", nodes=16)
+    t = TrainingSpec(global_batch_size=512, seq_length=8192, fp8="nvfp4", bf16_last_layers=14)
+    p = planner.evaluate(sup(), c, t, Layout(tp=2, pp=2, dp=16, ep=32, etp=1, sequence_parallel=True,
+                                             micro_batch_size=1, zero_stage=1))
+    files = p.to_megatron()
+    r, = check_megatron([megatron_payload(files.args, p.num_gpus, files.env, p.cluster.gpu.arch)])
+    assert r.ok, r.line()
+    assert r.details["bf16_end_layers"] == [0, 14] and r.details["fp4"] == "e2m1"

@@ -403,6 +403,24 @@ def test_cpsat_equals_enumerator_on_moe_models(inst):
     test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
 
 
+@st.composite
+def moe_bf16_end_instances(draw):
+    """The MoE instances under FP8 current scaling with Megatron's BF16 first/last layers (0-2 each), which
+    may be leading dense layers, MoE layers or both (memory.bf16_kinds_on)."""
+    model, cluster, training, target = draw(moe_instances())
+    training = training.model_copy(update={"fp8": "tensorwise", "bf16_first_layers": draw(st.sampled_from([0, 1, 2])),
+                                           "bf16_last_layers": draw(st.sampled_from([1, 2]))})
+    return model, cluster, training, target
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(moe_bf16_end_instances())
+def test_cpsat_equals_enumerator_with_bf16_end_layers_on_moe_models(inst):
+    """BF16 end layers priced at their kinds (dense or MoE) on the ranks that hold them: the CP-SAT optimum
+    equals brute force."""
+    test_cpsat_equals_enumerator.hypothesis.inner_test(inst)
+
+
 def test_each_framework_searches_its_own_selective_recompute():
     """torchtitan's selective checkpointing is per-op (Recompute.OP), Megatron's the attention core:
     a torchtitan search offers none / op / full, a Megatron one none / selective / full, and a
