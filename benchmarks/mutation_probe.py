@@ -449,6 +449,9 @@ MUTANTS = [
      "ep_t = 2 * (alltoall_time(cluster, group, 2 * routed * h) + probs)", "latent: all-to-all carries h-wide rows"),
     ("planner/cost.py", "moe = 2 * (h * (e.num_experts + shared) + e.top_k * width * e.width(h) + e.latent_params(h))",
      "moe = 2 * (h * (e.num_experts + shared) + e.top_k * width * e.width(h))", "latent: projections left out of model FLOPs"),
+    ("planner/cost.py", "return roof / cal.mamba_scan_efficiency", "return roof", "scan: calibrated efficiency ignored"),
+    ("planner/calibration.py", '"mamba_scan_efficiency": min(1.0, cal.mamba_scan_efficiency * factors.get("mamba_scan", 1.0)),',
+     '"mamba_scan_efficiency": cal.mamba_scan_efficiency,', "scan: calibrate cannot move it"),
     ("planner/specs.py", "return min(1, self.mtp_layers) if self.mtp_shared else self.mtp_layers", "return self.mtp_layers",
      "hybrid MTP: a shared block held once per depth"),
     ("planner/cost.py", "kind = _layer_time(model, cluster, training, layout, dense=not model.mtp_layer_is_moe)",
@@ -499,7 +502,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
                                        "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
-                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py")
+                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py tests/test_calibrate.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -6,6 +6,7 @@ Parameters (each a factor on the catalog's value, with a log-normal prior centre
 - `attention`: attention_efficiency and attention_efficiency_unfused (capped at 1);
 - `scaleout`: scaleout.nic_busbw (the inter-node collective bandwidth);
 - `tp_exposed`: calibration.tp_comm_exposed (capped at 1);
+- `mamba_scan`: calibration.mamba_scan_efficiency (capped at 1; moved only by runs with Mamba-2 layers);
 - `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
 
 The fit is the maximum a posteriori estimate: Levenberg-Marquardt on
@@ -71,6 +72,7 @@ PARAMETERS = (
     Parameter("attention", 0.25, "attention kernel efficiency"),
     Parameter("scaleout", 0.35, "inter-node collective bandwidth per NIC"),
     Parameter("tp_exposed", 0.35, "share of tensor-parallel communication left exposed"),
+    Parameter("mamba_scan", 0.7, "Mamba-2 scan kernels' share of their HBM roofline (moved only by hybrid runs)"),
 )
 
 
@@ -86,6 +88,7 @@ def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: flo
         "attention_efficiency": min(1.0, cal.attention_efficiency * a),
         "attention_efficiency_unfused": min(1.0, cal.attention_efficiency_unfused * a),
         "tp_comm_exposed": min(1.0, cal.tp_comm_exposed * t),
+        "mamba_scan_efficiency": min(1.0, cal.mamba_scan_efficiency * factors.get("mamba_scan", 1.0)),
     })
     scaleout = cluster.scaleout.model_copy(update={"nic_busbw": cluster.scaleout.nic_busbw * factors.get("scaleout", 1.0)})
     update = {"calibration": cal, "scaleout": scaleout}
@@ -175,9 +178,13 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     if mtp != model.mtp_layers:
         raise LogError(f"{where}: the run trains mtp_num_layers = {mtp}, the model {model.name} has mtp_layers = "
                        f"{model.mtp_layers}; give a model with the run's multi-token prediction depths")
+    shared = _arg(args, "mtp_use_repeated_layer", where, kind=bool, default=False)
+    if mtp and shared != model.mtp_shared:
+        raise LogError(f"{where}: the run has mtp_use_repeated_layer = {shared}, the model {model.name} has "
+                       f"mtp_shared = {model.mtp_shared}")
     tp, pp = _arg(args, "tensor_model_parallel_size", where), _arg(args, "pipeline_model_parallel_size", where)
     experts = _megatron_experts(args, model, tp, where)
-    split = None
+    split = _hybrid_split(args, model, where)
     if (text := args.get("pipeline_model_parallel_layout", "None")) != "None":  # printed as given
         try:
             split = parse_layout_string(text.strip("'\""), pp, model.num_layers, model.mtp_layers)
@@ -254,6 +261,30 @@ def megatron_setup(args: dict[str, str], model: ModelSpec, where: str) -> tuple[
     return training, layout
 
 
+def _hybrid_split(args: dict[str, str], model: ModelSpec, where: str) -> tuple[int, ...] | None:
+    """A hybrid run's layers per virtual stage from its --hybrid-layer-pattern (the legacy
+    --hybrid-override-pattern where that is all it printed), after checking the pattern against the model's:
+    the main pattern's '|' pipes give the split (None without pipes: Megatron's even split, as the planner
+    prices it), each '/' part one MTP depth [megatron-core 0.19.2 training/arguments.py: validate_args;
+    models/hybrid/hybrid_layer_allocation.py: parse_hybrid_pattern]. None for a transformer run."""
+    text = args.get("hybrid_layer_pattern", "None")
+    if text in ("None", None):
+        text = args.get("hybrid_override_pattern", "None")
+    if text in ("None", None):
+        if model.hybrid:
+            raise LogError(f"{where}: the run prints no hybrid_layer_pattern, but the model {model.name} is a hybrid")
+        return None
+    if not model.hybrid:
+        raise LogError(f"{where}: the run is a hybrid (hybrid_layer_pattern), the model {model.name} is not")
+    main, *depths = text.strip("'\"").split("/")
+    stages = main.split("|")
+    if "".join(stages) != model.layer_pattern:
+        raise LogError(f"{where}: the run's hybrid_layer_pattern {''.join(stages)!r} is not the model's {model.layer_pattern!r}")
+    if depths and any(d != model.mtp_pattern for d in depths):
+        raise LogError(f"{where}: the run's MTP depths {depths!r} are not the model's {model.mtp_pattern!r}")
+    return tuple(len(x) for x in stages) if len(stages) > 1 else None
+
+
 def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: str) -> dict:
     """The expert layout of a Megatron MoE run (Layout.ep, etp, moe_dispatcher, ep_overlap) from its printed
     arguments, after checking the experts against the model's; {} for a dense run of a dense model.
@@ -271,7 +302,8 @@ def _megatron_experts(args: dict[str, str], model: ModelSpec, tp: int, where: st
     for name, theirs, mine in (("num_experts", n, e.num_experts),
                                ("moe_router_topk", _arg(args, "moe_router_topk", where, default=2), e.top_k),
                                ("moe_router_num_groups", _arg(args, "moe_router_num_groups", where, default=None),
-                                e.router_groups)):
+                                e.router_groups),
+                               ("moe_latent_size", _arg(args, "moe_latent_size", where, default=None), e.latent_size)):
         if theirs != mine:
             raise LogError(f"{where}: the run has {name} = {theirs}, the model {model.name} has {mine}")
     kind = args.get("moe_token_dispatcher_type", "allgather")
@@ -500,7 +532,8 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationR
     names = ", ".join(r.label for r in runs)
     provenance = dict(cluster.provenance)
     for key in ("calibration.gemm_efficiency", "calibration.gemm_efficiency_fp8", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
-                "calibration.tp_comm_exposed", "scaleout.nic_busbw", "memory_overhead", "prediction_error"):
+                "calibration.tp_comm_exposed", "calibration.mamba_scan_efficiency", "scaleout.nic_busbw", "memory_overhead",
+                "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
                                                "name": f"{cluster.name}-calibrated"})

@@ -202,11 +202,13 @@ def mamba_scan_bytes(model: ModelSpec, tokens: float, tp: int) -> float:
 def mamba_scan_time(model: ModelSpec, cluster: ClusterSpec, tokens: float, tp: int) -> float:
     """Forward seconds of one Mamba-2 layer's convolution, scan and norm on one GPU: the slower of its
     FLOPs (mamba_scan_flops) at the cluster's fused-attention efficiency and its HBM traffic
-    (mamba_scan_bytes). ASSUMPTION: the Triton SSD kernels' tensor-core matmuls run as efficiently as a
-    fused attention kernel's; at Mamba-2's sizes (Q = 128, N = 128, P = 64) the traffic decides."""
+    (mamba_scan_bytes), the whole at the cluster's Calibration.mamba_scan_efficiency (1 unless calibrated).
+    ASSUMPTION: the Triton SSD kernels' tensor-core matmuls run as efficiently as a fused attention kernel's;
+    at Mamba-2's sizes (Q = 128, N = 128, P = 64) the traffic decides."""
     gpu, cal = cluster.gpu, cluster.calibration
     flops = mamba_scan_flops(model, tokens, tp) / (gpu.peak_bf16_flops * cal.attention_efficiency)
-    return max(flops, mamba_scan_bytes(model, tokens, tp) / (gpu.hbm_bandwidth * cal.hbm_efficiency))
+    roof = max(flops, mamba_scan_bytes(model, tokens, tp) / (gpu.hbm_bandwidth * cal.hbm_efficiency))
+    return roof / cal.mamba_scan_efficiency
 
 
 MAMBA_SCAN_BWD_FACTOR = 3.0

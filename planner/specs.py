@@ -907,6 +907,11 @@ class Calibration(_Spec):
     generation on the published FP8 runs, 1.0 where none are published."""
     fp8_gemm_in_training_unfused: Fraction = 1.0
     """The same for the eager-kernel stacks (torchao's float8 under torchtitan)."""
+    mamba_scan_efficiency: Fraction = 1.0
+    """Share of its HBM roofline a Mamba-2 layer's convolution, SSD scan and norm kernels reach
+    (planner.cost.mamba_scan_time). ASSUMED 1.0 in the catalog (the roofline, an upper bound): the published
+    Nemotron-3 Nano rows would fit about 0.29, but they are one source group, so it is left for
+    `planner calibrate` to fit from one's own hybrid runs."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:

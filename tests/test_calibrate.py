@@ -536,3 +536,68 @@ def test_cli_calibrate_prices_the_loss_the_nemo_run_used(tmp_path):
         assert rc == 0
         peaks[loss] = json.loads(out.getvalue())["runs"][0]["calibrated_peak_bytes"]  # no peak in the log: the ledger's
     assert peaks["fp32"] - peaks["te"] == pytest.approx(4 * 8192 * 128_256 - 12 * 8192, rel=1e-9)
+
+
+def test_megatron_arguments_of_a_hybrid_run_give_its_split_and_must_match_the_model():
+    """A hybrid run prints its --hybrid-layer-pattern: its pipes are the layers per virtual stage (Nano's 52 as
+    30 | 22 on pp 2), its '/' parts the MTP depths ('*E' twice for Super, with the repeated layer and the
+    1,024-wide latent); a pattern, latent or repeated layer the model does not have is refused in one line,
+    and so are a hybrid run given a transformer model and the reverse."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    nano, sup = planner.load_model("nemotron-3-nano-30b-a3b"), planner.load_model("nemotron-3-super-120b-a12b")
+    base = dict(m.args, num_layers="52", hidden_size="2688", num_attention_heads="32", ffn_hidden_size="1856",
+                num_experts="128", moe_router_topk="6", expert_model_parallel_size="8", expert_tensor_parallel_size="1",
+                moe_token_dispatcher_type="alltoall", tensor_model_parallel_size="1", pipeline_model_parallel_size="2")
+    pattern = nano.layer_pattern
+    _, lay = megatron_setup(dict(base, hybrid_layer_pattern=f"{pattern[:30]}|{pattern[30:]}"), nano, m.source)
+    assert (lay.pipeline_layers, lay.pp, lay.vpp) == ((30, 22), 2, 1)
+    assert megatron_setup(dict(base, hybrid_layer_pattern=pattern), nano, m.source)[1].pipeline_layers is None
+    for bad, rule in (({"hybrid_layer_pattern": pattern.replace("*", "M", 1)}, "is not the model's"),
+                      ({}, "prints no hybrid_layer_pattern, but the model nemotron-3-nano-30b-a3b is a hybrid")):
+        with pytest.raises(LogError, match=rule):
+            megatron_setup(dict(base, **bad), nano, m.source)
+    with pytest.raises(LogError, match="the run is a hybrid"):
+        megatron_setup(dict(m.args, hybrid_layer_pattern="M*M*"), planner.load_model(MODEL), m.source)
+    sup_args = dict(base, num_layers="88", hidden_size="4096", ffn_hidden_size="2688", num_experts="512",
+                    moe_router_topk="22", moe_latent_size="1024", mtp_num_layers="2", mtp_use_repeated_layer="True",
+                    pipeline_model_parallel_size="1", hybrid_layer_pattern=sup.layer_pattern + "/*E/*E")
+    assert megatron_setup(sup_args, sup, m.source)[1].pipeline_layers is None
+    for bad, rule in (({"moe_latent_size": "None"}, "moe_latent_size = None, the model nemotron-3-super-120b-a12b has 1024"),
+                      ({"mtp_use_repeated_layer": "False"}, "mtp_use_repeated_layer = False"),
+                      ({"hybrid_layer_pattern": sup.layer_pattern + "/*-/*-"}, "MTP depths")):
+        with pytest.raises(LogError, match=rule):
+            megatron_setup(dict(sup_args, **bad), sup, m.source)
+
+
+def test_hybrid_runs_move_the_scan_efficiency_and_transformer_runs_do_not():
+    """Nano's logs from a cluster whose scan kernels reach 30 % of their roofline pull the fitted
+    efficiency well below the catalog's 1 (the priors share the slowdown with the GEMM curve, which
+    scales with the tokens as the scan does) and fit the logs; a transformer's log leaves it at 1."""
+    nano, base = planner.load_model("nemotron-3-nano-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    truth = apply_factors(base, {"mamba_scan": 0.3})
+    runs = [(TrainingSpec(global_batch_size=64, seq_length=8192), Layout(tp=1, dp=16, ep=8, zero_stage=1)),
+            (TrainingSpec(global_batch_size=64, seq_length=4096),
+             Layout(tp=2, dp=8, ep=8, etp=1, sequence_parallel=True, zero_stage=1)),
+            (TrainingSpec(global_batch_size=128, seq_length=8192), Layout(tp=1, pp=2, dp=8, ep=8, zero_stage=1))]
+    obs = [observation(parse_log(megatron_log(planner.evaluate(nano, truth, t, lay).step_time_s, 60 * GIB)), nano, t, lay)
+           for t, lay in runs]
+    r = calibrate(base, obs)
+    assert r.factors["mamba_scan"] < 0.6 and r.factors["mamba_scan"] < min(v for k, v in r.factors.items() if k != "mamba_scan")
+    assert r.cluster.calibration.mamba_scan_efficiency == pytest.approx(r.factors["mamba_scan"])
+    assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
+    model, one = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=1)
+    t, lay = TrainingSpec(global_batch_size=64, seq_length=8192), Layout(tp=8, dp=1, zero_stage=1, sequence_parallel=True)
+    step = planner.evaluate(model, apply_factors(one, {"gemm": 0.85}), t, lay).step_time_s
+    r = calibrate(one, [observation(parse_log(megatron_log(step, 30 * GIB)), model, t, lay)])
+    assert r.factors["mamba_scan"] == 1.0 and any(n.startswith("mamba_scan: not moved") for n in r.notes)
+
+
+def test_the_scan_runs_at_its_calibrated_share_of_the_roofline():
+    """mamba_scan_time is the roofline (147,456 B a token of HBM traffic for Nano at tp 1, its FLOPs below it)
+    divided by Calibration.mamba_scan_efficiency."""
+    from planner.cost import mamba_scan_time
+
+    nano, c = planner.load_model("nemotron-3-nano-30b-a3b"), planner.load_cluster("dgx-h100")
+    roof = 8192 * 147_456 / (c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency)
+    assert mamba_scan_time(nano, c, 8192, 1) == pytest.approx(roof)
+    assert mamba_scan_time(nano, apply_factors(c, {"mamba_scan": 0.25}), 8192, 1) == pytest.approx(4 * roof)
