@@ -1003,10 +1003,10 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
                 offsets[j] += w * extra[j]
         d = dense_layers_on(model, layout, stage)
         if d:  # the leading dense layers replace as many MoE layers
-            instead(d, _layer_time(model, cluster, training, layout, dense=True))
+            instead(d, _kind_time(model, cluster, training, layout, "-"))
         for c, n in symbols_on(model, layout, stage).items():  # a hybrid model's other kinds of layer
             if c != base_symbol:
-                instead(n, _layer_time(model, cluster, training, layout, symbol=c))
+                instead(n, _kind_time(model, cluster, training, layout, c))
         bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False})
         for c, k in bf16_kinds_on(model, training, layout, stage).items():  # BF16 first/last layers, by kind
             instead(k, _kind_time(model, cluster, bf16, layout, c), _kind_time(model, cluster, training, layout, c))

@@ -861,13 +861,11 @@ def bf16_kinds_on(model: ModelSpec, training: TrainingSpec, layout: Layout, stag
     if not (k1 or k2):
         return {}
     p, L = layout.pp, model.num_layers
-    ends = set(range(min(k1, L))) | set(range(max(0, L - k2), L))  # global layer numbers
-    if model.hybrid:
-        held = set(rank_layer_numbers(virtual_stage_layers(model, layout), p, stage)) & ends
-    elif layout.pipeline_layers is not None:
-        held = set(rank_layer_numbers(layout.pipeline_layers, p, stage)) & ends
+    first, last = set(range(min(k1, L))), set(range(max(0, L - k2), L))  # global layer numbers
+    if model.hybrid or layout.pipeline_layers is not None:  # a split fixed layer by layer
+        held = set(rank_layer_numbers(virtual_stage_layers(model, layout), p, stage)) & (first | last)
     else:
-        held = (set(range(min(k1, L))) if stage == 0 else set()) | (set(range(max(0, L - k2), L)) if stage == p - 1 else set())
+        held = (first if stage == 0 else set()) | (last if stage == p - 1 else set())
     return dict(Counter(layer_kind(model, j) for j in sorted(held)))
 
 
