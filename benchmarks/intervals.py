@@ -1,6 +1,6 @@
 """Prediction-interval tables from out-of-sample residuals of the published runs.
 
-    python benchmarks/intervals.py [--write]
+    python benchmarks/intervals.py [--write] [--one-run] [--moe-stack]
 
 Step time: the leave-one-source-group-out residuals ln(measured / predicted) (benchmarks/fidelity.py
 refits every GPU generation without the held-out group), grouped by source (see hierarchy():
@@ -18,6 +18,8 @@ Prints the table and two coverages of the 80 % and 95 % intervals: built from th
 the rows (how well the interval is built; tested), and built without the row's whole source group
 (what a stack unlike any published one can expect: far lower, because each source group carries
 its own bias — the reason to calibrate). With --write puts the table into planner/uncertainty.py.
+--one-run calibrates on one row of a dense sweep and predicts the rest; --moe-stack calibrates on the other
+MoE models a release published on one GPU and predicts each one (same_stack_calibration).
 Memory: the bias is never below 0 (a ledger that over-counts on a few rows is not credited) and the
 spread never below 5 %; it comes from the peaks of the same kernel family (the published ones are
 torchtitan's reserved memory with eager kernels), so the pooled entry, which prices the fused
@@ -186,6 +188,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="write the table into planner/uncertainty.py")
     ap.add_argument("--one-run", action="store_true", help="also: calibrate on one run of a sweep, predict the rest")
+    ap.add_argument("--moe-stack", action="store_true",
+                    help="also: calibrate on a release's other MoE models on one GPU, predict the one left out")
     a = ap.parse_args(argv)
     residuals = workload_residuals()
     tab = tables(residuals)
@@ -209,6 +213,8 @@ def main(argv=None) -> int:
             every += xs
             print(f"{g:40s} {len(xs):11d} {statistics.median(xs):12.1%} {_quantile(xs, 0.8):6.1%}")
         print(f"{'all':40s} {len(every):11d} {statistics.median(every):12.1%} {_quantile(every, 0.8):6.1%}")
+    if a.moe_stack:
+        print_same_stack(same_stack_calibration(load_moe_runs()[0]))
     if a.write:
         write(tab)
         print("wrote planner/uncertainty.py")
@@ -239,6 +245,52 @@ def one_run_calibration(runs, per_group: int = 5) -> dict[str, list[float]]:
                 meas = r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.layout.world_size)
                 out.setdefault(g, []).append(abs(math.log(meas / p.step_time_s)))
     return out
+
+
+def _release(run) -> str:
+    """The software release a published MoE row ran (its id's source and version: mbridge_26.04.01, dgxc, ...)."""
+    m = re.match(r"(mbridge_[0-9.]+|dgxc|nemo_[0-9.]+)_", run.id)
+    return m.group(1) if m else run.id
+
+
+def same_stack_calibration(runs) -> dict[str, list[tuple[str, float]]]:
+    """What calibrating on one's own MoE runs buys: for each release and GPU with two or more models (one
+    software stack on one cluster), calibrate on the other models' rows and predict each model's: signed
+    ln(measured / predicted) per prediction, with the catalog, with the parameters before the MoE ones
+    (the first six of PARAMETERS), with all of them, and with either MoE parameter alone."""
+    from planner.calibration import PARAMETERS, Observation, apply_factors, calibrate
+    from planner.plans import evaluate
+
+    dense = PARAMETERS[:6]
+    by_name = {p.name: p for p in PARAMETERS}
+    sets = {"catalog": None, "without MoE parameters": dense, "all parameters": PARAMETERS,
+            "+ ep_comm only": (*dense, by_name["ep_comm"]), "+ moe_stall only": (*dense, by_name["moe_stall"])}
+    usable = [r for r in runs if r.tokens_per_s_per_gpu]
+
+    def step(r) -> float:
+        return r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.layout.world_size)
+    stacks: dict[tuple[str, str], list] = {}
+    for r in usable:
+        stacks.setdefault((_release(r), r.cluster.gpu.name), []).append(r)
+    out: dict[str, list[tuple[str, float]]] = {k: [] for k in sets}
+    for rows in stacks.values():
+        if len({r.model.name for r in rows}) < 2:
+            continue
+        for held in rows:
+            fit = [Observation(r.id, r.model, r.training, r.layout, step(r)) for r in rows if r.model.name != held.model.name]
+            for label, params in sets.items():
+                c = held.cluster if params is None else apply_factors(held.cluster, calibrate(held.cluster, fit, params).factors)
+                out[label].append((held.id, math.log(step(held) / evaluate(held.model, c, held.training, held.layout).step_time_s)))
+    return out
+
+
+def print_same_stack(errs: dict[str, list[tuple[str, float]]]) -> None:
+    print(f"\n{'MoE, calibrated on the same stack':40s} {'predictions':>11s} {'median |err|':>12s} {'p80':>6s} {'bias':>7s}")
+    print("(bias: median predicted over measured throughput, minus 1)")
+    for label, xs in errs.items():
+        a = [abs(x) for _, x in xs]
+        print(f"{label:40s} {len(a):11d} {statistics.median(a):12.1%} {_quantile(a, 0.8):6.1%} "
+              f"{math.exp(statistics.median(x for _, x in xs)) - 1:+7.1%}")
 
 
 if __name__ == "__main__":

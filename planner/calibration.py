@@ -7,10 +7,14 @@ Parameters (each a factor on the catalog's value, with a log-normal prior centre
 - `scaleout`: scaleout.nic_busbw (the inter-node collective bandwidth);
 - `tp_exposed`: calibration.tp_comm_exposed (capped at 1);
 - `mamba_scan`: calibration.mamba_scan_efficiency (capped at 1; moved only by runs with Mamba-2 layers);
+- `ep_comm`: calibration.ep_comm_speed, the MoE dispatch and combine's speed (moved only by runs with EP or ETP);
+- `moe_stall` (seconds, additive, normal prior at 0, never below 0): calibration.moe_host_stall, the GPU's
+  idle time in each MoE layer's forward at the dispatcher's host sync (moved only by MoE runs);
 - `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
 
 The fit is the maximum a posteriori estimate: Levenberg-Marquardt on
     Σ_runs ((ln predicted − ln measured) / MEASUREMENT_SIGMA)² + Σ_params (ln factor / prior sigma)²
+(an additive parameter's term is (value / unit / prior sigma)²)
 with step times from planner.evaluate (the same model plan() optimises), so a parameter the logs
 do not exercise (no inter-node traffic → scaleout) keeps its catalog value. The memory overhead
 is linear in the measurement and has a closed form. Peak memory is compared with the largest
@@ -62,8 +66,27 @@ class Parameter:
 
     name: str
     prior_sigma: float
-    """Spread of ln(factor) before any log is seen."""
+    """Spread of ln(factor) before any log is seen (an additive parameter: of value / unit)."""
     what: str
+    unit: float | None = None
+    """None: a factor on the cluster's value. Else an amount added to it, in these SI units (the fit's
+    variable is amount / unit); the sum is kept at or above 0."""
+
+    def value(self, z: float) -> float:
+        """The factor (or the amount added) at the fit's variable z."""
+        return math.exp(z) if self.unit is None else z * self.unit
+
+    def variable(self, value: float) -> float:
+        """The fit's variable at a factor (or an amount added)."""
+        return math.log(value) if self.unit is None else value / self.unit
+
+    def shown(self, value: float) -> str:
+        """The factor, or the amount added with its unit."""
+        return f"{value:.3f}" if self.unit is None else f"+{value * 1e3:.3f} ms"
+
+    def moved(self, value: float) -> bool:
+        """Whether the fit moved the parameter off the cluster's value."""
+        return abs(self.variable(value)) >= 0.005
 
 
 PARAMETERS = (
@@ -73,6 +96,9 @@ PARAMETERS = (
     Parameter("scaleout", 0.35, "inter-node collective bandwidth per NIC"),
     Parameter("tp_exposed", 0.35, "share of tensor-parallel communication left exposed"),
     Parameter("mamba_scan", 0.7, "Mamba-2 scan kernels' share of their HBM roofline (moved only by hybrid runs)"),
+    Parameter("ep_comm", 0.15, "speed of the MoE dispatch and combine (moved only by runs with EP or ETP)"),
+    Parameter("moe_stall", 1.0, "seconds added to the GPU's idle time at each MoE forward's host sync "
+              "(moved only by MoE runs)", unit=1e-3),
 )
 
 
@@ -89,6 +115,8 @@ def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: flo
         "attention_efficiency_unfused": min(1.0, cal.attention_efficiency_unfused * a),
         "tp_comm_exposed": min(1.0, cal.tp_comm_exposed * t),
         "mamba_scan_efficiency": min(1.0, cal.mamba_scan_efficiency * factors.get("mamba_scan", 1.0)),
+        "ep_comm_speed": min(4.0, cal.ep_comm_speed * factors.get("ep_comm", 1.0)),
+        "moe_host_stall": min(1.0, max(0.0, cal.moe_host_stall + factors.get("moe_stall", 0.0))),
     })
     scaleout = cluster.scaleout.model_copy(update={"nic_busbw": cluster.scaleout.nic_busbw * factors.get("scaleout", 1.0)})
     update = {"calibration": cal, "scaleout": scaleout}
@@ -428,26 +456,27 @@ def _predict(cluster: ClusterSpec, obs: Observation, factors: dict[str, float], 
         raise PlannerError(f"{obs.label}: {err}") from None
 
 
-def _fit_factors(cluster: ClusterSpec, runs: Sequence[Observation],
-                 starts: Sequence[dict[str, float]] = START_POINTS) -> dict[str, float]:
+def _fit_factors(cluster: ClusterSpec, runs: Sequence[Observation], starts: Sequence[dict[str, float]] = START_POINTS,
+                 parameters: Sequence[Parameter] = PARAMETERS) -> dict[str, float]:
     """MAP factors by Levenberg-Marquardt in log space (numerical Jacobian, steps of at most 0.2 in
     ln factor), from each of `starts`, keeping the lowest objective: the model has kinks (a
     collective turns NVLink-bound as the NIC bandwidth rises) that trap a single descent."""
-    names = [p.name for p in PARAMETERS]
-    prior = np.array([p.prior_sigma for p in PARAMETERS])
+    prior = np.array([p.prior_sigma for p in parameters])
     meas = np.log([r.step_time_s for r in runs])
 
+    def values(zv: np.ndarray) -> dict[str, float]:
+        return {p.name: p.value(float(z)) for p, z in zip(parameters, zv)}
+
     def residuals(zv: np.ndarray) -> np.ndarray:
-        f = dict(zip(names, np.exp(zv)))
-        pred = np.log([_predict(cluster, r, f).step_time_s for r in runs])
+        pred = np.log([_predict(cluster, r, values(zv)).step_time_s for r in runs])
         return np.concatenate([(pred - meas) / MEASUREMENT_SIGMA, zv / prior])
 
     best = None
     for start in starts:
-        z, cost = _descend(residuals, np.log([start.get(n, 1.0) for n in names]))
+        z, cost = _descend(residuals, np.array([p.variable(start.get(p.name, p.value(0.0))) for p in parameters]))
         if best is None or cost < best[1]:
             best = (z, cost)
-    return {n: float(v) for n, v in zip(names, np.exp(best[0]))}
+    return values(best[0])
 
 
 def _descend(residuals, z: np.ndarray) -> tuple[np.ndarray, float]:
@@ -502,8 +531,10 @@ def _error_after(cluster: ClusterSpec, training: TrainingSpec, runs: Sequence[Ru
                            memory_sigma=min(2.0, msigma), basis=basis)
 
 
-def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationResult:
-    """Fit the cluster's physical parameters to measured runs (see the module doc).
+def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
+              parameters: Sequence[Parameter] = PARAMETERS) -> CalibrationResult:
+    """Fit the cluster's physical parameters (all of PARAMETERS, or those given; the rest keep the
+    cluster's values) to measured runs (see the module doc).
 
     Returns:
         The calibrated cluster (provenance names the runs; prediction_error set from the fit's
@@ -515,13 +546,13 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationR
     """
     if not runs:
         raise PlannerError("calibrate: give at least one training log")
-    factors = _fit_factors(cluster, runs)
+    factors = _fit_factors(cluster, runs, parameters=parameters)
     overhead = _fit_overhead(cluster, runs, factors)
     left_out: list[float | None] = [None] * len(runs)
     if len(runs) > 1:
         for i in range(len(runs)):
             rest = [r for j, r in enumerate(runs) if j != i]
-            left_out[i] = _predict(cluster, runs[i], _fit_factors(cluster, rest, (factors,))).step_time_s
+            left_out[i] = _predict(cluster, runs[i], _fit_factors(cluster, rest, (factors,), parameters)).step_time_s
     fits = []
     for r, lo in zip(runs, left_out):
         before, after = _predict(cluster, r, {}), _predict(cluster, r, factors, overhead)
@@ -532,14 +563,15 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation]) -> CalibrationR
     names = ", ".join(r.label for r in runs)
     provenance = dict(cluster.provenance)
     for key in ("calibration.gemm_efficiency", "calibration.gemm_efficiency_fp8", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
-                "calibration.tp_comm_exposed", "calibration.mamba_scan_efficiency", "scaleout.nic_busbw", "memory_overhead",
+                "calibration.tp_comm_exposed", "calibration.mamba_scan_efficiency", "calibration.ep_comm_speed",
+                "calibration.moe_host_stall", "scaleout.nic_busbw", "memory_overhead",
                 "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
                                                "name": f"{cluster.name}-calibrated"})
     notes = []
-    for p in PARAMETERS:
-        if abs(math.log(factors[p.name])) < 0.005:
+    for p in parameters:
+        if not p.moved(factors[p.name]):
             notes.append(f"{p.name}: not moved by these logs (kept the catalog value)")
     return CalibrationResult(calibrated, factors, cluster.memory_overhead, overhead, tuple(fits), error, tuple(notes))
 
@@ -553,7 +585,8 @@ def calibrated_yaml(result: CalibrationResult) -> str:
     import yaml
 
     head = [CALIBRATED_MARKER.decode(), f"# from {result.cluster.provenance.get('prediction_error', '')}",
-            "# factors on the catalog values: " + ", ".join(f"{k} {v:.3f}" for k, v in result.factors.items())]
+            "# factors on the catalog values: " + ", ".join(f"{p.name} {p.shown(result.factors[p.name])}" for p in PARAMETERS
+                                                             if p.name in result.factors)]
     return "\n".join(head) + "\n" + yaml.safe_dump(result.cluster.model_dump(mode="json"), sort_keys=False,
                                                   allow_unicode=False, width=200)
 

@@ -925,12 +925,12 @@ def _cmd_calibrate(a, out: Console) -> int:
         _row(t, r.label, o.layout.short(), f"{r.measured_s:.3f}", f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
              f"{r.after_s:.3f} ({r.after_s / r.measured_s - 1:+.1%})", lo, mem)
     out.print(t)
-    t = Table(title="fitted parameters (factor on the catalog value)", title_justify="left")
+    t = Table(title="fitted parameters (factor on the catalog value, or the amount added)", title_justify="left")
     for col in ("parameter", "factor", "what"):
         t.add_column(col)
     from planner.calibration import PARAMETERS
     for p_ in PARAMETERS:
-        _row(t, p_.name, f"{result.factors[p_.name]:.3f}", p_.what)
+        _row(t, p_.name, p_.shown(result.factors[p_.name]), p_.what)
     _row(t, "memory_overhead", f"{result.overhead_before / GiB:.2f} -> {result.overhead_after / GiB:.2f} GiB",
          "per-GPU memory outside the ledger")
     out.print(t)

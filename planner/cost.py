@@ -543,7 +543,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     LatentMoE (MoESpec.latent_size, L): the rows from dispatch to combine and the experts' GEMMs are L
     wide, and the two latent projections (h x L, whole on every TP rank) run on the rank's own N tokens
     in the linears' format [moe/moe_layer.py: MoELayer.preprocess, postprocess]. Without
-    --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed.
+    --overlap-moe-expert-parallel-comm (off by default) the EP collectives are exposed; a calibrated
+    cluster's calibration.ep_comm_speed divides their time (1 in the catalog).
     TrainingSpec.moe_routing sets the busiest rank's rows and all-to-all volume (memory.routed_rows):
     the imbalance scales them (1: balanced), a capacity factor caps them and padding to capacity fixes
     them at E etp C, the padded rows sent, permuted and computed like real ones [megatron-core 0.19.2
@@ -591,7 +592,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         gathered = n * ep * etp  # tokens on the group's ranks together
         ag = collective_time(cluster, group, "allgather", gathered * (2 * w + 4 * e.num_experts + e.num_experts))
         rs = collective_time(cluster, group, "reducescatter", gathered * 4 * w)
-        return MoETime(gemm, memory, ag + rs)
+        return MoETime(gemm, memory, (ag + rs) / cal.ep_comm_speed)
     # elements: permute (fused into DeepEP's dispatch) and the sort by local expert, each undone in combine
     sent = routed_rows(model, n, 1, routing) if routing.pad else n * e.top_k  # rows this rank permutes out
     moved = 2 * ((0.0 if deep else sent * w) + (rows * w if local > 1 else 0.0))
@@ -612,7 +613,7 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
         group = placement(cluster, (etp, 1))
         ep_t += (collective_time(cluster, group, "allgather", 2 * rows * w)
                  + collective_time(cluster, group, "reducescatter", 2 * rows * w))
-    return MoETime(gemm, memory, ep_t)
+    return MoETime(gemm, memory, ep_t / cal.ep_comm_speed)
 
 
 @memo()
@@ -708,6 +709,9 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
         cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
     ep_t = moe.ep if moe is not None else 0.0
+    # the dispatcher's host sync in every MoE forward: the GPU idles (calibration.moe_host_stall; 0 in the
+    # catalog), counted with the dispatch it precedes, so a recomputed forward stalls again
+    stall = cal.moe_host_stall if moe is not None else 0.0
     mlp_f, mlp_b = (moe.gemm + moe.memory, 2 * (moe.gemm + moe.memory)) if moe is not None else (0.0, 0.0)
     op_rc = 0.0
     if model.op_recompute_priced and (not tp_comm_overlap or uses_torchtitan(training)) and symbol is None:
@@ -729,12 +733,12 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         fe = model.moe.expert_ffn_hidden_size
         modules.append(("moe_act", 2 * rows * (model.fc1_width(fe) + fe) / etp / hbm))
         # the whole block re-run: router, permutations, expert and shared GEMMs, and its dispatch and combine
-        modules.append(("moe", moe.gemm + moe.memory + moe.ep))
+        modules.append(("moe", moe.gemm + moe.memory + moe.ep + stall))
     elif model.family != Family.GPT and has_mlp:
         f = model.ffn_hidden_size
         modules.append(("mlp", _gemm_time(cluster, mlp_gemm_flops(model, tokens, tp), fp8, training.kernels)
                         + 2 * (model.fc1_width(f) + f) * tokens / tp / hbm))
-    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t, ep_t, mlp_f, mlp_b, op_rc, tuple(modules))
+    return LayerTime(fwd, bwd, attn, tp_fwd, tp_bwd, cp_fwd, cp_bwd, ep_t + stall, ep_t, mlp_f, mlp_b, op_rc, tuple(modules))
 
 
 def ep_overlap_exposed(lt: LayerTime) -> float:

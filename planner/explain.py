@@ -90,9 +90,14 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     else:
         moves = f"each all-to-all moves {per_gpu / 1e6:,.0f} MB per GPU, four per layer and micro-batch"
     latent = f" on a {e.latent_size:,}-wide latent (LatentMoE: what the tokens carry to them)" if e.latent_size else ""
+    cal = cluster.calibration
+    fitted = [f"at {cal.ep_comm_speed:.2f}x the priced speed"] if cal.ep_comm_speed != 1 else []
+    if cal.moe_host_stall:  # calibration.moe_host_stall: counted with the forward's dispatch
+        fitted.append(f"with a {cal.moe_host_stall * 1e3:.2f} ms host stall in each MoE forward")
+    calibrated = f" ({' and '.join(fitted)}, as calibrated)" if fitted else ""
     out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}{latent}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
-           f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}); "
+           f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}){calibrated}; "
            f"{_routing_phrase(training)}."]
     if (group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1
             and not training.moe_pad_to_capacity):  # DeepEP does not pad (space._expert_problems)

@@ -912,6 +912,19 @@ class Calibration(_Spec):
     (planner.cost.mamba_scan_time). ASSUMED 1.0 in the catalog (the roofline, an upper bound): the published
     Nemotron-3 Nano rows would fit about 0.29, but they are one source group, so it is left for
     `planner calibrate` to fit from one's own hybrid runs."""
+    ep_comm_speed: _real(gt=0, le=4) = 1.0
+    """Speed of an MoE layer's dispatch and combine (the EP all-to-alls, DeepEP's or the all-gather
+    dispatcher's collectives, the ETP gather / scatter) relative to planner.comm's pricing of them on the
+    tiers they cross (1: as priced). 1 in the catalog; `planner calibrate` fits it from one's own MoE runs."""
+    moe_host_stall: Seconds = 0.0
+    """Seconds the GPU idles in every MoE layer's forward (and its recomputed forward) while the host waits
+    for the dispatcher's device-to-host copy of the token counts, then launches the rest of the layer:
+    without CUDA graphs Megatron's dispatchers synchronise there [megatron-core 0.19.2 transformer/moe/
+    token_dispatcher.py: MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize at cuda_sync_point, set
+    'before_ep_alltoall' by preprocess when ep or tp > 1], as torchtitan 0.3's does for its splits
+    (AllToAllTokenDispatcher.dispatch). 0 in
+    the catalog: a stall fitted to the published runs of one source did not hold for another (README,
+    Mixture-of-Experts), so it is left for `planner calibrate` to fit from one's own MoE runs."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:

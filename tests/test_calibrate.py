@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.calibration import apply_factors, calibrate, megatron_setup, observation
+from planner.calibration import PARAMETERS, apply_factors, calibrate, megatron_setup, observation
 from planner.cli import main
 from planner.logs import LogError, parse_log, read_log
 from planner.specs import Layout, PredictionError, TrainingSpec
@@ -582,7 +582,8 @@ def test_hybrid_runs_move_the_scan_efficiency_and_transformer_runs_do_not():
     obs = [observation(parse_log(megatron_log(planner.evaluate(nano, truth, t, lay).step_time_s, 60 * GIB)), nano, t, lay)
            for t, lay in runs]
     r = calibrate(base, obs)
-    assert r.factors["mamba_scan"] < 0.6 and r.factors["mamba_scan"] < min(v for k, v in r.factors.items() if k != "mamba_scan")
+    factors = [r.factors[p.name] for p in PARAMETERS if p.unit is None and p.name != "mamba_scan"]
+    assert r.factors["mamba_scan"] < 0.6 and r.factors["mamba_scan"] < min(factors)
     assert r.cluster.calibration.mamba_scan_efficiency == pytest.approx(r.factors["mamba_scan"])
     assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
     model, one = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=1)
@@ -601,3 +602,97 @@ def test_the_scan_runs_at_its_calibrated_share_of_the_roofline():
     roof = 8192 * 147_456 / (c.gpu.hbm_bandwidth * c.calibration.hbm_efficiency)
     assert mamba_scan_time(nano, c, 8192, 1) == pytest.approx(roof)
     assert mamba_scan_time(nano, apply_factors(c, {"mamba_scan": 0.25}), 8192, 1) == pytest.approx(4 * roof)
+
+
+# --- the MoE parameters: a host stall at each MoE forward's sync, the dispatch and combine's speed
+
+QWEN_MOE = "qwen3-30b-a3b"  # 48 layers, every one MoE
+
+
+def test_a_host_stall_idles_every_moe_forward_once_and_again_where_recomputed():
+    """Qwen3-30B-A3B on one DGX H100, ep 8, GBS 32 x 4,096 at micro-batch 1: 4 micro-batches x 48 MoE layers,
+    so a 1 ms stall at each forward's host sync adds 4 x 48 x 1 ms = 0.192 s to the step; full recompute runs
+    each forward twice (0.384 s); the dispatch's own time does not move."""
+    m, c = planner.load_model(QWEN_MOE), planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=32, seq_length=4096)
+    stalled = apply_factors(c, {"moe_stall": 1e-3})
+    assert stalled.calibration.moe_host_stall == pytest.approx(1e-3)
+    for rc, extra in (("none", 0.192), ("full", 0.384)):
+        lay = Layout(tp=1, dp=8, ep=8, zero_stage=1, recompute=rc)
+        before, after = planner.evaluate(m, c, t, lay), planner.evaluate(m, stalled, t, lay)
+        assert after.step_time_s - before.step_time_s == pytest.approx(extra, abs=2e-4)
+    lay = Layout(tp=1, dp=8, ep=8, zero_stage=1, recompute="selective", recompute_modules=("moe",))
+    assert (planner.evaluate(m, stalled, t, lay).step_time_s - planner.evaluate(m, c, t, lay).step_time_s
+            == pytest.approx(0.384, abs=2e-4))
+    # a dense model has no MoE layer to stall, and the stall is never negative
+    dense = planner.load_model(MODEL)
+    lay = Layout(tp=1, dp=8, zero_stage=1)
+    assert planner.evaluate(dense, stalled, t, lay).step_time_s == planner.evaluate(dense, c, t, lay).step_time_s
+    assert apply_factors(c, {"moe_stall": -5e-3}).calibration.moe_host_stall == 0.0
+
+
+def test_the_dispatch_and_combine_run_at_the_calibrated_speed():
+    """ep_comm scales the whole EP term (dispatch and combine, both directions) by 1 / factor and nothing else."""
+    m, c = planner.load_model(QWEN_MOE), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    for lay in (Layout(tp=1, dp=16, ep=16, zero_stage=1), Layout(tp=2, dp=8, ep=4, etp=2, sequence_parallel=True, zero_stage=1),
+                Layout(tp=1, dp=16, ep=8, zero_stage=1, moe_dispatcher="allgather")):
+        before = planner.evaluate(m, c, t, lay).time.breakdown()
+        after = planner.evaluate(m, apply_factors(c, {"ep_comm": 0.5}), t, lay).time.breakdown()
+        assert before["ep_comm"] > 0.01
+        assert after["ep_comm"] == pytest.approx(2 * before["ep_comm"], rel=1e-3)
+        assert after["compute"] == pytest.approx(before["compute"], rel=1e-6)
+
+
+@pytest.fixture(scope="module")
+def moe_recovered():
+    """Qwen3-30B-A3B's logs from two DGX H100 whose MoE layers stall 0.6 ms at each forward's host sync and
+    whose dispatch and combine run at 0.8 of the priced speed; layouts vary the micro-batch (the stall is per
+    micro-batch, the all-to-all per token) and where EP runs (inside a node, across both)."""
+    m, base = planner.load_model(QWEN_MOE), planner.load_cluster("dgx-h100", nodes=2)
+    truth = apply_factors(base, {"moe_stall": 0.6e-3, "ep_comm": 0.8})
+    runs = [(TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=8, zero_stage=1)),
+            (TrainingSpec(global_batch_size=128, seq_length=4096), Layout(tp=1, dp=16, ep=8, zero_stage=1, micro_batch_size=4)),
+            (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=16, zero_stage=1)),
+            (TrainingSpec(global_batch_size=64, seq_length=8192), Layout(tp=1, dp=16, ep=4, zero_stage=1)),
+            (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, pp=2, dp=8, ep=8, zero_stage=1))]
+    obs = [observation(parse_log(megatron_log(planner.evaluate(m, truth, t, lay).step_time_s, 60 * GIB)), m, t, lay)
+           for t, lay in runs]
+    return m, base, truth, calibrate(base, obs)
+
+
+def test_moe_runs_recover_the_stall_and_the_dispatch_speed(moe_recovered):
+    _, _, _, r = moe_recovered
+    assert r.factors["moe_stall"] == pytest.approx(0.6e-3, rel=0.15)
+    assert 0.75 < r.factors["ep_comm"] < 0.95  # the priors share the slower all-to-all with the NIC and the GEMMs
+    assert r.factors["gemm"] == pytest.approx(1.0, rel=0.07)
+    assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
+    assert r.cluster.calibration.moe_host_stall == pytest.approx(r.factors["moe_stall"])
+    assert f"moe_stall +{r.factors['moe_stall'] * 1e3:.3f} ms" in planner.calibration.calibrated_yaml(r)
+
+
+def test_the_moe_calibrated_cluster_predicts_other_moe_layouts(moe_recovered):
+    m, base, truth, r = moe_recovered
+    for t, lay in ((TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=2, dp=8, ep=8, etp=1, sequence_parallel=True, zero_stage=1)),
+                   (TrainingSpec(global_batch_size=128, seq_length=4096), Layout(tp=1, dp=16, ep=16, zero_stage=1, micro_batch_size=2))):
+        want = planner.evaluate(m, truth, t, lay).step_time_s
+        got = planner.evaluate(m, r.cluster.model_copy(update={"num_nodes": 2}), t, lay).step_time_s
+        assert abs(got / want - 1) < 0.03 < abs(planner.evaluate(m, base, t, lay).step_time_s / want - 1)
+
+
+def test_dense_runs_leave_the_moe_parameters_at_the_catalog(recovered):
+    _, _, _, r = recovered
+    for name in ("moe_stall", "ep_comm"):
+        assert any(n.startswith(f"{name}: not moved") for n in r.notes)
+    assert r.cluster.calibration.moe_host_stall == 0.0 and r.cluster.calibration.ep_comm_speed == 1.0
+
+
+def test_explain_names_the_calibrated_moe_parameters():
+    from planner.explain import explain
+
+    m, c = planner.load_model(QWEN_MOE), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
+    lines = explain(m, apply_factors(c, {"moe_stall": 0.5e-3, "ep_comm": 0.8}), t, sensitivities=False, time_limit_s=60, ep=8)
+    assert any("0.80x the priced speed and with a 0.50 ms host stall in each MoE forward, as calibrated" in x
+               for x in lines), lines
+    assert not any("as calibrated" in x for x in explain(m, c, t, sensitivities=False, time_limit_s=60, ep=8))
