@@ -139,6 +139,9 @@ class Observation:
     layout: Layout
     step_time_s: float
     peak_memory_bytes: float | None = None
+    cuda_graphs: str | None = None
+    """Megatron's printed cuda_graph_impl where the run captured CUDA graphs ('local', 'transformer_engine');
+    None where it did not or did not say."""
 
     def nodes(self, cluster: ClusterSpec) -> int:
         return math.ceil(self.layout.world_size / cluster.gpus_per_node)
@@ -412,7 +415,22 @@ def observation(measurement: LogMeasurement, model: ModelSpec, training: Trainin
         t, lay = megatron_setup(measurement.args, model, measurement.source)
         training, layout = training or t, layout or lay
     step = measurement.step_time_s(training.global_batch_size, training.seq_length, layout.world_size)
-    return Observation(measurement.source, model, training, layout, step, measurement.peak_memory_bytes)
+    return Observation(measurement.source, model, training, layout, step, measurement.peak_memory_bytes,
+                       _cuda_graph_impl(measurement.args or {}))
+
+
+def _cuda_graph_impl(args: dict[str, str]) -> str | None:
+    """The CUDA graphs a Megatron run captured, from its printed arguments: cuda_graph_impl ('local',
+    'transformer_engine'), or the flags it replaced (--enable-cuda-graph, --external-cuda-graph), which
+    Megatron turns into it [megatron/training/arguments.py: validate_args]; None where none."""
+    impl = args.get("cuda_graph_impl")
+    if impl not in (None, "None", "none"):
+        return impl
+    if args.get("enable_cuda_graph") == "True":
+        return "local"
+    if args.get("external_cuda_graph") == "True":
+        return "transformer_engine"
+    return None
 
 
 @dataclass(frozen=True)
@@ -569,7 +587,9 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
                                                "name": f"{cluster.name}-calibrated"})
-    notes = []
+    notes = [f"{r.label}: captured CUDA graphs (cuda_graph_impl {r.cuda_graphs}), which the planner's Megatron "
+             "launches do not; its MoE host stall (moe_stall) is not the one they pay, so plan from runs without them"
+             for r in runs if r.cuda_graphs and r.model.moe is not None]
     for p in parameters:
         if not p.moved(factors[p.name]):
             notes.append(f"{p.name}: not moved by these logs (kept the catalog value)")

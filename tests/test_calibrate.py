@@ -696,3 +696,23 @@ def test_explain_names_the_calibrated_moe_parameters():
     assert any("0.80x the priced speed and with a 0.50 ms host stall in each MoE forward, as calibrated" in x
                for x in lines), lines
     assert not any("as calibrated" in x for x in explain(m, c, t, sensitivities=False, time_limit_s=60, ep=8))
+
+
+def test_an_moe_run_with_cuda_graphs_is_flagged():
+    """A run that captured CUDA graphs (printed cuda_graph_impl, or the deprecated flags Megatron turns into
+    it) ran without the host stalls the planner's launches pay: calibrate says so in one note per run."""
+    m = read_log(LOGS / "megatron_llama3_8b.log")
+    mix = planner.load_model("mixtral-8x7b")
+    moe = dict(m.args, num_experts="8", moe_router_topk="2", expert_model_parallel_size="4",
+               moe_token_dispatcher_type="alltoall")
+    t, lay = megatron_setup(moe, mix, m.source)
+    step = planner.evaluate(mix, planner.load_cluster("dgx-h100", nodes=2), t, lay).step_time_s
+    base = planner.load_cluster("dgx-h100")
+    for printed, impl in (({}, None), ({"cuda_graph_impl": "none"}, None), ({"cuda_graph_impl": "transformer_engine"},
+                          "transformer_engine"), ({"enable_cuda_graph": "True"}, "local")):
+        obs = observation(parse_log(megatron_log(step, 60 * GIB, args=dict(moe, **printed)), "moe.log"), mix)
+        assert obs.cuda_graphs == impl
+        flagged = [n for n in calibrate(base, [obs]).notes if "captured CUDA graphs" in n]
+        assert len(flagged) == (impl is not None)
+        if impl:
+            assert flagged[0].startswith(f"moe.log: captured CUDA graphs (cuda_graph_impl {impl})")
