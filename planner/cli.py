@@ -926,7 +926,7 @@ def _cmd_calibrate(a, out: Console) -> int:
              f"{r.after_s:.3f} ({r.after_s / r.measured_s - 1:+.1%})", lo, mem)
     out.print(t)
     t = Table(title="fitted parameters (factor on the catalog value, or the amount added)", title_justify="left")
-    for col in ("parameter", "factor", "what"):
+    for col in ("parameter", "fitted", "what"):
         t.add_column(col)
     from planner.calibration import PARAMETERS
     for p_ in PARAMETERS:

@@ -33,7 +33,6 @@ from planner.deepspeed_engine import OFFLOAD_H2D_BYTES as DEEPSPEED_H2D_BYTES
 from planner.deepspeed_engine import offload_micro_batch_link_bytes
 from planner.deepspeed_engine import GRAD_WIRE_BYTES, REDUCE_BUCKET_ELEMENTS, Wrapper, uses_deepspeed, wrapper
 from planner.memory import (
-    FLOAT8_TP_RECIPES,
     PARAM_BYTES,
     QUANTIZED_COPIES,
     TE_RECIPES,
@@ -57,6 +56,7 @@ from planner.memory import (
     stage_layers,
     stage_params,
     symbols_on,
+    tp_gather_element_bytes,
 )
 from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import axis_stride, group_placement, placement
@@ -674,26 +674,32 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if tp > 1:
         group = placement(cluster, (tp, 1))
         nbytes = 2 * tokens * model.hidden_size
-        if sequence_parallel:  # torchao's float8 TP gathers FP8 (FLOAT8_TP_RECIPES), reduce-scatters BF16
-            ag = collective_time(cluster, group, "allgather", nbytes / 2 if training.fp8 in FLOAT8_TP_RECIPES else nbytes)
+        if sequence_parallel:  # the gathers in the recipe's format (memory.tp_gather_element_bytes), the scatters BF16
+            ag, ag_b = (collective_time(cluster, group, "allgather", tokens * model.hidden_size
+                                        * tp_gather_element_bytes(training, backward, tp_comm_overlap))
+                        for backward in (False, True))
             rs = collective_time(cluster, group, "reducescatter", nbytes)
-            attn_pair = mlp_pair = ag + rs
-            if model.mla is not None:
+            pairs = [ag + rs, ag_b + rs]  # forward, backward
+            attn_pairs = list(pairs)
+            if model.mla is not None:  # Megatron's own BF16 gathers, both ways
                 m = model.mla
-                attn_pair = rs + sum(collective_time(cluster, group, "allgather", 2 * tokens * w)
-                                     for w in (m.q_lora_rank or model.hidden_size, m.kv_lora_rank, m.qk_rope_head_dim))
+                attn_pairs = 2 * [rs + sum(collective_time(cluster, group, "allgather", 2 * tokens * w)
+                                           for w in (m.q_lora_rank or model.hidden_size, m.kv_lora_rank, m.qk_rope_head_dim))]
         else:
-            attn_pair = mlp_pair = collective_time(cluster, group, "allreduce", nbytes)
-        if moe is not None:
-            mlp_pair = mlp_pair if model.moe.shared_expert_ffn_hidden_size else 0.0  # the shared experts' pair
+            pairs = 2 * [collective_time(cluster, group, "allreduce", nbytes)]
+            attn_pairs = list(pairs)
+        mlp_pairs = pairs
+        if moe is not None and not model.moe.shared_expert_ffn_hidden_size:
+            mlp_pairs = [0.0, 0.0]  # an MoE layer's MLP pair is its shared experts'
         if symbol is not None:  # one block: attention's pair, a Mamba-2 mixer's (in_proj gathers, out_proj
             # reduce-scatters, as a non-MLA attention block's do), or the MLP's
-            attn_pair, mlp_pair = (attn_pair if symbol in ("*", "M") else 0.0), (mlp_pair if has_mlp else 0.0)
-        tp_fwd = tp_bwd = (attn_pair + mlp_pair) * cal.tp_comm_exposed
+            attn_pairs = attn_pairs if symbol in ("*", "M") else [0.0, 0.0]
+            mlp_pairs = mlp_pairs if has_mlp else [0.0, 0.0]
+        tp_fwd, tp_bwd = ((a + p) * cal.tp_comm_exposed for a, p in zip(attn_pairs, mlp_pairs))
         ag_fwd = tp_fwd * (ag / (ag + rs) if sequence_parallel else 1.0)  # the forward's gathers (per-op recompute)
-        if tp_comm_overlap and uses_torchtitan(training):
+        if tp_comm_overlap and uses_torchtitan(training):  # torchao's gathers: one format both ways
             tp_fwd, tp_bwd, ag_fwd = _async_tp_exposed(gemm_each, ag, rs, tp)
-        elif tp_comm_overlap:
+        elif tp_comm_overlap:  # Userbuffers gathers one copy each way (ag_b == ag)
             tp_fwd, tp_bwd = _tp_overlap_exposed(gpu, gemm_each, ag, rs)
     # CP ring: cp-1 steps each sending this rank's K and V block, overlapped with the attention of
     # the resident block; backward moves K/V and dK/dV [MegatronCP], [HwRef §4.7].

@@ -1211,6 +1211,37 @@ casts its input before the all-gather, and Float8RowwiseParallel casts the outpu
 the backward all-gather (NoopFwToFloat8BwDynamic); the reduce-scatters stay BF16 [torchao
 float8/float8_tensor_parallel.py; torchtitan applies them with tensor-wise float8]."""
 
+TE_TENSORWISE_RECIPES = frozenset({"delayed", "tensorwise"})
+"""Transformer Engine's recipes with one scale per tensor, whose column-wise copy is the row-wise one
+transposed (Hopper's Float8Tensor), so a gathered row-wise copy gives both."""
+
+
+def tp_gather_element_bytes(training: TrainingSpec, backward: bool = False, userbuffers: bool = False) -> float:
+    """Bytes per element of a sequence-parallel all-gather: forward, of a column-parallel linear's input
+    (QKV, FC1); backward, of a row-parallel linear's output gradient (out-projection, FC2). BF16: 2.
+    torchao's float8 TP (FLOAT8_TP_RECIPES): 1 both ways. Transformer Engine's recipes quantise before
+    they gather, and gather the quantised copies [NVIDIA/TransformerEngine@d0067d0
+    transformer_engine/pytorch/module/layernorm_linear.py: _LayerNormLinear.forward,
+    gather_along_first_dim(ln_out, tp_group, quantizer=quantizer) after set_usage(rowwise=True,
+    columnwise=False); module/base.py: grad_output_preprocess, gather_along_first_dim(grad_output,
+    tp_group, quantizer=quantizer); distributed.py: gather_along_first_dim -> _all_gather_fp8,
+    _start_all_gather_fp8_blockwise, _all_gather_mxfp8, _all_gather_nvfp4]: forward the row-wise copy;
+    backward the gradient's quantizer asks for both copies (module/linear.py: _Linear.backward,
+    set_usage(rowwise=True, columnwise=True), dgrad and wgrad), which tensor-wise FP8 makes by
+    transposing the gathered row-wise data (TE_TENSORWISE_RECIPES: one copy) and the block-scaled
+    recipes (blockwise, MXFP8, NVFP4) gather both, unless Userbuffers carries the gather
+    (--tp-comm-overlap: one usage at a time, set_usage(columnwise=False) under ub_overlap_ag).
+    quantized_element_bytes per copy (the block recipes' scales, < 4 %, left out). The reduce-scatters
+    stay BF16 in every recipe. Transformer Engine 1.x gathered FP8 too (v1.13 layernorm_linear.py: the
+    norm writes FP8 before gather_along_first_dim; base.py: grad_output_preprocess casts, then gathers)."""
+    if training.fp8 in FLOAT8_TP_RECIPES:
+        return 1.0
+    if training.fp8 not in TE_RECIPES:
+        return 2.0
+    both = backward and not userbuffers and training.fp8 not in TE_TENSORWISE_RECIPES
+    return (2 if both else 1) * quantized_element_bytes(training)
+
+
 QUANTIZED_COPIES = 2
 """Transformer Engine quantises a GEMM operand needed in forward and backward into a row-wise and a
 column-wise copy, both from the high-precision source; for the linear weights it keeps both across

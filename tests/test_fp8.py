@@ -454,3 +454,46 @@ def test_a_float8_job_module_for_a_model_outside_torchtitans_registry_says_so():
     own = planner.evaluate(planner.load_model("llama3-70b"), planner.load_cluster("hgx-h200", nodes=4), t, lay)
     text = float8_job_module(own)
     assert "no torchtitan registry config" not in text and 'model_registry("70B"' in text
+
+
+def test_transformer_engine_recipes_gather_their_quantised_copies():
+    """Transformer Engine quantises before a sequence-parallel all-gather (layernorm_linear.py, base.py:
+    grad_output_preprocess, distributed.py: gather_along_first_dim): forward the row-wise copy; backward
+    the output gradient's row- and column-wise copies, one for tensor-wise FP8 (the transpose is local),
+    two for the block-scaled recipes unless Userbuffers carries it (one usage at a time)."""
+    from planner.memory import tp_gather_element_bytes
+
+    def b(fp8, backward=False, ub=False):
+        return tp_gather_element_bytes(TrainingSpec(**TRAIN, fp8=fp8), backward, ub)
+    assert [b(None), b(None, True)] == [2, 2]
+    for tensorwise in ("delayed", "tensorwise", "torchao-tensorwise"):
+        assert [b(tensorwise), b(tensorwise, True), b(tensorwise, True, True)] == [1, 1, 1]
+    for block in ("blockwise", "mxfp8"):
+        assert [b(block), b(block, True), b(block, True, True)] == [1, 2, 1]
+    assert [b("nvfp4"), b("nvfp4", True), b("nvfp4", True, True)] == [0.5625, 1.125, 0.5625]  # 4 bits + a scale per 16
+    assert b("rowwise") == 2  # torchao's rowwise float8 under torchtitan: DTensor gathers BF16
+
+
+def test_transformer_engine_fp8_tp_gathers_cost_their_bytes():
+    """Llama-3-8B, b 1, s 4096, TP 2 with SP on a flat NVLink curve, 32 layers, 2 forward and 2 backward
+    all-gathers a layer of S = 4096 x 4096 elements, each (1/2) x bytes / the ring bus bandwidth (370 GB/s on
+    H100, 720 on B200) plus latency, reduce-scatters in BF16 throughout. Against BF16 (2 B): delayed scaling saves 1 B an element in all four (H100); on B200,
+    MXFP8 saves 1 B in the two forward ones only (its backward gathers two 1 B copies), NVFP4 1.4375 B forward
+    and 0.875 B backward."""
+    from planner.cost import pipeline_time
+
+    def tp(cluster, fp8):
+        c = planner.load_cluster(cluster, nodes=1)
+        c = c.model_copy(update={"nvlink": c.nvlink.model_copy(update={"busbw_curve": [(2**20, 370e9), (2**33, 370e9)]})})
+        t = TrainingSpec(global_batch_size=8, seq_length=4096, fp8=fp8)
+        return pipeline_time(planner.load_model("llama3-8b"), c, t, Layout(tp=2, dp=4, sequence_parallel=True)).stages[0].tp_comm, c
+
+    bf16, c = tp("dgx-h100", None)
+    assert c.nvlink.ring_busbw == 370e9
+    per_byte = 32 * 0.5 * 4096 * 4096 / 370e9  # one all-gather a layer, one byte an element saved
+    assert bf16 - tp("dgx-h100", "delayed")[0] == pytest.approx(4 * per_byte * c.calibration.tp_comm_exposed, rel=1e-6)
+    bf16, c = tp("dgx-b200", None)
+    assert c.nvlink.ring_busbw == 720e9
+    per_byte, e = 32 * 0.5 * 4096 * 4096 / 720e9, c.calibration.tp_comm_exposed
+    assert bf16 - tp("dgx-b200", "mxfp8")[0] == pytest.approx(2 * per_byte * e, rel=1e-6)
+    assert bf16 - tp("dgx-b200", "nvfp4")[0] == pytest.approx((2 * 1.4375 + 2 * 0.875) * per_byte * e, rel=1e-6)
