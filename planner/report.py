@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.calibration import PARAMETERS
 from planner.plans import Plan
 from planner.memory import moe_static_memory
 from planner.search import PlanResult
@@ -132,10 +133,13 @@ def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 
 
 
 def calibration_dict(result, path: str) -> dict[str, Any]:
-    """A CalibrationResult as JSON-ready data."""
+    """A CalibrationResult as JSON-ready data: the factors on the cluster's values apart from the amounts
+    added to them (seconds: the MoE host stall)."""
+    added = {p.name for p in PARAMETERS if p.unit is not None}
     return {
         "cluster_file": path,
-        "factors": result.factors,
+        "factors": {k: v for k, v in result.factors.items() if k not in added},
+        "added_seconds": {k: v for k, v in result.factors.items() if k in added},
         "memory_overhead_bytes": {"before": result.overhead_before, "after": result.overhead_after},
         "runs": [{"label": r.label, "measured_s": r.measured_s, "catalog_s": r.before_s, "calibrated_s": r.after_s,
                   "left_out_s": r.left_out_s, "measured_peak_bytes": r.measured_peak,

@@ -214,6 +214,8 @@ def test_cli_calibrate_without_argument_dump_needs_the_workload(tmp_path):
                "--nodes", "2", "--global-batch-size", "128", "--seq-length", "8192", "--zero", "3", "--json"],
               stdout=(out := io.StringIO()), stderr=io.StringIO())
     assert rc == 0 and '"calibrated_s"' in out.getvalue()
+    data = json.loads(out.getvalue())  # the host stall is seconds added, not a factor
+    assert data["added_seconds"] == {"moe_stall": 0.0} and "moe_stall" not in data["factors"] and "gemm" in data["factors"]
 
 
 def test_cli_calibrate_prices_a_torchtitan_run_with_its_cpu_offload(tmp_path):
