@@ -373,7 +373,7 @@ def test_megatron_arguments_carry_a_pipeline_layout_string():
     assert (lay.pipeline_layers, lay.vpp) == ((17, 15), 1)
     lay = megatron_setup(dict(m.args, pipeline_model_parallel_layout="Et*9|t*8|t*8|t*7L"), model, m.source)[1]
     assert (lay.pipeline_layers, lay.vpp) == ((9, 8, 8, 7), 2)
-    with pytest.raises(LogError, match="megatron_llama3_8b.log: pipeline layout 'Et\\*17L\|t\\*15': 'E' must come first"):
+    with pytest.raises(LogError, match=r"megatron_llama3_8b.log: pipeline layout 'Et\*17L\|t\*15': 'E' must come first"):
         megatron_setup(dict(m.args, pipeline_model_parallel_layout="Et*17L|t*15"), model, m.source)
 
 
