@@ -758,7 +758,9 @@ def ep_overlap_exposed(lt: LayerTime) -> float:
     with each stream in order and each kernel waiting for its input, takes
     max(a_b, P_f) + max(a_f, M_b) + max(a_b, M_f) + max(a_f, P_b), where a is one all-to-all
     (half of the direction's dispatch + combine), M the MoE block's compute and P the rest of the
-    layer (attention, norms, its TP / CP collectives). What exceeds the compute alone is exposed."""
+    layer (attention, norms, its TP / CP collectives). What exceeds the compute alone is exposed. A calibrated
+    host stall (calibration.moe_host_stall, inside ep_fwd) hides here as the forward's all-to-all does:
+    ASSUMPTION (the host blocks while the other micro-batch's queued kernels run)."""
     a_f, a_b = lt.ep_fwd / 2, lt.ep_bwd / 2
     pre_f = lt.fwd - lt.mlp_fwd + lt.tp_fwd + lt.cp_fwd
     pre_b = lt.bwd - lt.mlp_bwd + lt.tp_bwd + lt.cp_bwd
