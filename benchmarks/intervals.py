@@ -222,6 +222,11 @@ def main(argv=None) -> int:
 
 
 
+def measured_step(run) -> float:
+    """A published row's step time in seconds, from its throughput: GBS x seq / (tokens/s/GPU x GPUs)."""
+    return run.training.global_batch_size * run.training.seq_length / (run.tokens_per_s_per_gpu * run.layout.world_size)
+
+
 def one_run_calibration(runs, per_group: int = 5) -> dict[str, list[float]]:
     """Calibrate on one row of a source group (a sweep run on one stack), predict the group's other
     rows on the same GPU: |ln(measured / predicted)| per prediction. Up to `per_group` calibration
@@ -235,15 +240,13 @@ def one_run_calibration(runs, per_group: int = 5) -> dict[str, list[float]]:
         rows = [r for r in usable if r.group == g]
         picks = rows[:: max(1, len(rows) // per_group)][:per_group]
         for cal in picks:
-            step = cal.training.global_batch_size * cal.training.seq_length / (cal.tokens_per_s_per_gpu * cal.layout.world_size)
-            res = calibrate(cal.cluster, [Observation(cal.id, cal.model, cal.training, cal.layout, step)])
+            res = calibrate(cal.cluster, [Observation(cal.id, cal.model, cal.training, cal.layout, measured_step(cal))])
             for r in rows:
                 if r is cal or r.cluster.gpu.name != cal.cluster.gpu.name:
                     continue
                 c = apply_factors(r.cluster, res.factors)
                 p = evaluate(r.model, c, r.training, r.layout)
-                meas = r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.layout.world_size)
-                out.setdefault(g, []).append(abs(math.log(meas / p.step_time_s)))
+                out.setdefault(g, []).append(abs(math.log(measured_step(r) / p.step_time_s)))
     return out
 
 
@@ -257,18 +260,15 @@ def same_stack_calibration(runs) -> dict[str, list[tuple[str, float]]]:
     """What calibrating on one's own MoE runs buys: for each release and GPU with two or more models (one
     software stack on one cluster), calibrate on the other models' rows and predict each model's: signed
     ln(measured / predicted) per prediction, with the catalog, with the parameters before the MoE ones
-    (the first six of PARAMETERS), with all of them, and with either MoE parameter alone."""
+    (all of PARAMETERS but ep_comm and moe_stall), with all of them, and with either MoE parameter alone."""
     from planner.calibration import PARAMETERS, Observation, apply_factors, calibrate
     from planner.plans import evaluate
 
-    dense = PARAMETERS[:6]
-    by_name = {p.name: p for p in PARAMETERS}
+    moe = {p.name: p for p in PARAMETERS if p.name in ("ep_comm", "moe_stall")}
+    dense = tuple(p for p in PARAMETERS if p.name not in moe)
     sets = {"catalog": None, "without MoE parameters": dense, "all parameters": PARAMETERS,
-            "+ ep_comm only": (*dense, by_name["ep_comm"]), "+ moe_stall only": (*dense, by_name["moe_stall"])}
+            "+ ep_comm only": (*dense, moe["ep_comm"]), "+ moe_stall only": (*dense, moe["moe_stall"])}
     usable = [r for r in runs if r.tokens_per_s_per_gpu]
-
-    def step(r) -> float:
-        return r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.layout.world_size)
     stacks: dict[tuple[str, str], list] = {}
     for r in usable:
         stacks.setdefault((_release(r), r.cluster.gpu.name), []).append(r)
@@ -277,10 +277,11 @@ def same_stack_calibration(runs) -> dict[str, list[tuple[str, float]]]:
         if len({r.model.name for r in rows}) < 2:
             continue
         for held in rows:
-            fit = [Observation(r.id, r.model, r.training, r.layout, step(r)) for r in rows if r.model.name != held.model.name]
+            fit = [Observation(r.id, r.model, r.training, r.layout, measured_step(r)) for r in rows
+                   if r.model.name != held.model.name]
             for label, params in sets.items():
                 c = held.cluster if params is None else apply_factors(held.cluster, calibrate(held.cluster, fit, params).factors)
-                out[label].append((held.id, math.log(step(held) / evaluate(held.model, c, held.training, held.layout).step_time_s)))
+                out[label].append((held.id, math.log(measured_step(held) / evaluate(held.model, c, held.training, held.layout).step_time_s)))
     return out
 
 

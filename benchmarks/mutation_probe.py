@@ -360,7 +360,7 @@ MUTANTS = [
      "Megatron-FSDP MoE: gathered experts free"),
     ("planner/memory.py", "    if not uses_torchtitan(training):\n        return None\n", "    if True:\n        return None\n",
      "torchtitan's SP saves the sequence shard (as Megatron)"),
-    ("planner/memory.py", "return 1.0 if training.fp8 in FLOAT8_TP_RECIPES else 2.0", "return 2.0",
+    ("planner/memory.py", "return tp_gather_element_bytes(training)", "return 2.0",
      "torchao's float8 TP input saved in BF16"),
     ("planner/memory.py", "total += nbytes * saved_gather_bytes / 2", "total += nbytes / sp_div",
      "gathered GEMM inputs saved as the shard"),

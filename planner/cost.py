@@ -679,15 +679,13 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                                         * tp_gather_element_bytes(training, backward, tp_comm_overlap))
                         for backward in (False, True))
             rs = collective_time(cluster, group, "reducescatter", nbytes)
-            pairs = [ag + rs, ag_b + rs]  # forward, backward
-            attn_pairs = list(pairs)
+            attn_pairs = pairs = [ag + rs, ag_b + rs]  # forward, backward
             if model.mla is not None:  # Megatron's own BF16 gathers, both ways
                 m = model.mla
                 attn_pairs = 2 * [rs + sum(collective_time(cluster, group, "allgather", 2 * tokens * w)
                                            for w in (m.q_lora_rank or model.hidden_size, m.kv_lora_rank, m.qk_rope_head_dim))]
         else:
-            pairs = 2 * [collective_time(cluster, group, "allreduce", nbytes)]
-            attn_pairs = list(pairs)
+            attn_pairs = pairs = 2 * [collective_time(cluster, group, "allreduce", nbytes)]
         mlp_pairs = pairs
         if moe is not None and not model.moe.shared_expert_ffn_hidden_size:
             mlp_pairs = [0.0, 0.0]  # an MoE layer's MLP pair is its shared experts'

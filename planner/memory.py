@@ -1316,7 +1316,7 @@ def saved_gather_bytes(training: TrainingSpec) -> float | None:
     gathers in FP8: FLOAT8_TP_RECIPES; else BF16), Megatron's the shard (None)."""
     if not uses_torchtitan(training):
         return None
-    return 1.0 if training.fp8 in FLOAT8_TP_RECIPES else 2.0
+    return tp_gather_element_bytes(training)
 
 
 def stage_activation_items(

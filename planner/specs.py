@@ -922,9 +922,9 @@ class Calibration(_Spec):
     without CUDA graphs Megatron's dispatchers synchronise there [megatron-core 0.19.2 transformer/moe/
     token_dispatcher.py: MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize at cuda_sync_point, set
     'before_ep_alltoall' by preprocess when ep or tp > 1], as torchtitan 0.3's does for its splits
-    (AllToAllTokenDispatcher.dispatch). 0 in
-    the catalog: a stall fitted to the published runs of one source did not hold for another (README,
-    Mixture-of-Experts), so it is left for `planner calibrate` to fit from one's own MoE runs."""
+    (AllToAllTokenDispatcher.dispatch). 0 in the catalog: a stall fitted to the published runs of one
+    source did not hold for another (README, Mixture-of-Experts), so it is left for `planner calibrate` to
+    fit from one's own MoE runs."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:
