@@ -480,6 +480,20 @@ MUTANTS = [
      "kind = lt", "hybrid MTP: a depth priced as its rank's E layer only"),
     ("planner/emit/megatron.py", 'mtp = "".join("/" + m.mtp_pattern for _ in range(m.mtp_layers))', 'mtp = ""',
      "hybrid MTP: the pattern without its depths"),
+    ("planner/cost.py", "return interp(d, dims, [f for _, f, _ in points]), interp(d, dims, [b for _, _, b in points])",
+     "return interp(d, dims, [b for _, _, b in points]), interp(d, dims, [f for _, f, _ in points])",
+     "FP8 attention: forward and backward speeds swapped"),
+    ("planner/cost.py", "attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn / speed_b",
+     "attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn", "FP8 attention: backward at BF16 speed"),
+    ("planner/cost.py", "cast_bwd += fp8_attn_cast  # the output gradient", "cast_bwd += 0.0",
+     "FP8 attention: the output gradient's cast dropped"),
+    ("planner/cost.py", 'kind = "mxfp8" if training.fp8 == "mxfp8" else "per_tensor"', 'kind = "per_tensor"',
+     "FP8 attention: MXFP8 at per-tensor FP8's speed"),
+    ("planner/cost.py", "d = float(model.core_head_dims[0])", "d = 128.0", "FP8 attention: the head dim ignored"),
+    ("planner/specs.py", "if self.fp8 not in FP8_ATTENTION_RECIPES:", "if self.fp8 is None:",
+     "FP8 attention: accepted under blockwise / NVFP4, which Megatron does not hand it to"),
+    ("planner/space.py", 'if training.fp8_attention and framework not in (None, "any"):', "if False:",
+     "FP8 attention: a Megatron search that cannot launch it"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])

@@ -16,7 +16,7 @@ import yaml
 import planner
 from planner.deepspeed_engine import overlaps_reduction, uses_deepspeed
 from planner.space import account_for_ends_split
-from planner.specs import RECOMPUTE_MODULES, Layout, ModelSpec, TrainingSpec
+from planner.specs import FP8_ATTENTION_RECIPES, RECOMPUTE_MODULES, Layout, ModelSpec, TrainingSpec
 
 __all__ = ["Run", "load_runs", "load_moe_runs", "RUNS_PATH", "MOE_RUNS_PATH"]
 
@@ -322,6 +322,39 @@ RECIPE_CORRECTIONS: dict[str, dict[str, str]] = {
 """Row fields the cited recipe contradicts, corrected from the recipe (the copied file stays as shared/ has it)."""
 
 
+FP8_ATTENTION_CONFIGS = {
+    "v0.5.0": {f"{m}_PRETRAIN_CONFIG_{c}" for m, cs in (
+        ("DEEPSEEK_V3", ("GB300_FP8_MX_V1", "GB300_FP8_MX_V2", "GB300_FP8_MX_GBS15360")),
+        ("GPT_OSS_120B", ("GB200_FP8_MX_V2", "GB300_FP8_MX_V2")),
+        ("QWEN3_235B_A22B", ("GB200_FP8_MX_V2", "GB300_FP8_MX_V2")),
+        ("QWEN3_30B_A3B", ("GB200_FP8_MX_V1", "GB300_FP8_MX_V1", "B300_FP8_MX_V1"))) for c in cs},
+    "v0.5.1": {f"{m}_PRETRAIN_CONFIG_{c}" for m, cs in (
+        ("DEEPSEEK_V3", ("GB300_FP8_MX_V1", "GB300_FP8_MX_V2", "GB300_FP8_MX_GBS15360", "B300_FP8_MX_V1", "B300_FP8_MX_V2")),
+        ("GPT_OSS_120B", ("GB200_FP8_MX_V2", "GB300_FP8_MX_V2")),
+        ("QWEN3_235B_A22B", ("GB200_FP8_MX_V2", "GB300_FP8_MX_V2", "B200_FP8_MX_V2", "B300_FP8_MX_V2")),
+        ("QWEN3_30B_A3B", ("GB200_FP8_MX_V1", "GB300_FP8_MX_V1", "B200_FP8_MX_V1", "B300_FP8_MX_V1"))) for c in cs},
+}
+"""The Megatron-Bridge performance configs that run fp8_dot_product_attention=True, by release tag: set
+there or inherited through replace() or an alias [NVIDIA-NeMo/Megatron-Bridge v0.5.0 (26.06) and v0.5.1
+(26.06.01) scripts/performance/configs/{deepseek,gpt_oss,qwen}/*_workload_base_configs.py]; the MXFP8
+configs only (none sets it before v0.5.0)."""
+FP8_ATTENTION_HELPERS = ("_enable_hybridep_full_iteration_mxfp8", "_apply_gpt_oss_120b_full_iter_fp8mx_configs")
+"""v0.6.0's (26.08) recipe helpers that set it [src/megatron/bridge/perf_recipes/qwen/common.py,
+gpt_oss/common.py]; DeepSeek's _enable_deepseek_full_iteration_mxfp8 sets it where called with
+fp8_dot_product_attention=True (deepseek/common.py), as the row's helpers_called records."""
+
+
+def _recipe_fp8_attention(row: dict) -> bool:
+    """Whether the row's cited recipe runs FP8 attention (TrainingSpec.fp8_attention)."""
+    locator = str(row.get("recipe_locator") or "")
+    for tag, names in FP8_ATTENTION_CONFIGS.items():
+        if f" {tag} " in locator and any(locator.rstrip("'").endswith(f":: {n}") for n in names):
+            return True
+    helpers = [str(h) for h in (row.get("recipe") or {}).get("helpers_called") or []]
+    return any(h.startswith(FP8_ATTENTION_HELPERS) or ("_enable_deepseek_full_iteration_mxfp8" in h
+                                                       and "'fp8_dot_product_attention': True" in h) for h in helpers)
+
+
 def _moe_fp8_param_gather(fp8: str | None) -> bool:
     """The MoE sources' mixed-precision presets keep FP8 weights and gather them in FP8 for every
     recipe but blockwise: Megatron-Bridge's bf16_with_fp8_current_scaling_mixed (tensorwise) and
@@ -541,6 +574,7 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
                         pipeline_layers=_stage_split(model.num_layers, pp * vpp))
         training = TrainingSpec(global_batch_size=r["global_batch_seqs"], seq_length=r["seq_len"], fp8=fp8,
                                 grad_dtype="bf16", fp8_param_gather=_moe_fp8_param_gather(fp8),
+                                fp8_attention=fp8 in FP8_ATTENTION_RECIPES and _recipe_fp8_attention(r),
                                 cross_entropy=_moe_loss(r), **_moe_token_drop(r))
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
     return runs, skipped

@@ -152,6 +152,10 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "e.g. 0,0.5,1, offers the choice (plan only)")
     p.add_argument("--fp8-param-gather", action="store_true",
                    help="with a Transformer Engine FP8 recipe: FP8 weights, all-gathered in FP8 (Megatron's flag)")
+    p.add_argument("--fp8-attention", action="store_true",
+                   help="with the delayed, tensorwise or mxfp8 recipe: the attention core in FP8 too (Transformer "
+                        "Engine's fp8_dpa, as Megatron-Bridge's recipes set it; priced, but Megatron-LM's command line "
+                        "cannot turn it on, so plan with --framework any)")
     p.add_argument("--bf16-first-layers", type=_nonnegative_int, default=0, metavar="N",
                    help="with a Transformer Engine recipe other than delayed: the first N layers' linears stay BF16 "
                         "(Megatron's --first-last-layers-bf16 --num-layers-at-start-in-bf16 N)")
@@ -348,7 +352,8 @@ def _problem(a):
                             precision=precision,
                             attention=a.attention, cross_entropy=a.cross_entropy, token_budget=a.tokens, fp8=recipes[0],
                             document_tokens=a.document_tokens,
-                            fp8_param_gather=a.fp8_param_gather, optimizer_states=states[0],
+                            fp8_param_gather=a.fp8_param_gather, fp8_attention=a.fp8_attention,
+                            optimizer_states=states[0],
                             optimizer_offload=offloads[0] if len(offloads) == 1 else 0.0,
                             bf16_first_layers=a.bf16_first_layers, bf16_last_layers=a.bf16_last_layers,
                             moe_imbalance=a.moe_imbalance, moe_capacity_factor=a.moe_capacity_factor,

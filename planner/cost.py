@@ -58,7 +58,8 @@ from planner.memory import (
     symbols_on,
     tp_gather_element_bytes,
 )
-from planner.specs import ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
+from planner.specs import (FP8_ATTENTION_RECIPES, ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec,
+                           num_microbatches)
 from planner.topology import axis_stride, group_placement, placement
 from planner.torchtitan_engine import CPU_ACCUMULATE_BYTES, CPU_CLIP_BYTES
 from planner.torchtitan_engine import OFFLOAD_D2H_BYTES as OFFLOAD_D2H_BYTES_FSDP2
@@ -74,6 +75,7 @@ __all__ = [
     "mla_up_proj_flops",
     "model_flops_per_token",
     "gemm_efficiency",
+    "fp8_attention_speed",
     "StageTime",
     "PipelineTime",
     "StageCoefficients",
@@ -616,6 +618,40 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     return MoETime(gemm, memory, ep_t / cal.ep_comm_speed)
 
 
+def fp8_attention_speed(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> tuple[float, float]:
+    """(forward, backward) speed of the attention core under TrainingSpec.fp8_attention over its BF16
+    kernel: Calibration.fp8_attention_speed at the model's query-key head dim, for the recipe's scaling
+    (delayed and tensorwise: per-tensor FP8; mxfp8: MXFP8); (1, 1) without FP8 attention.
+
+    Transformer Engine quantises Q, K and V before cuDNN's FP8 kernel and the output gradient before its
+    backward [TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/
+    backends.py: FusedAttnFunc.forward (combine_and_quantize), backward] (priced as casts by the caller).
+    What it saves for the backward is kept at the BF16 bytes (ASSUMPTION, an upper bound): it keeps
+    Q, K, V and O in FP8 under delayed scaling, Q, K, V in FP8 and O in BF16 under tensorwise
+    (NVTE_DPA_FP8CS_O_in_F16 defaults to 1), and under MXFP8 Q, K, V quantised both row- and
+    column-wise (2 x (1 + 1/32) B, no saving) with O in BF16 [same: FusedAttnFunc.forward, fp8_tensors /
+    f16_tensors; utils.py: combine_and_quantize].
+
+    Raises:
+        PlannerError: the cluster has no measured speed for that scaling."""
+    if not training.fp8_attention or training.fp8 not in FP8_ATTENTION_RECIPES:
+        return 1.0, 1.0
+    kind = "mxfp8" if training.fp8 == "mxfp8" else "per_tensor"
+    points = (cluster.calibration.fp8_attention_speed or {}).get(kind)
+    if not points:
+        raise PlannerError(f"training.fp8_attention: cluster '{cluster.name}' has no measured {kind} FP8 attention "
+                           "speed (calibration.fp8_attention_speed); add it to price FP8 attention")
+    dims = [float(d) for d, _, _ in points]
+    d = float(model.core_head_dims[0])
+    return interp(d, dims, [f for _, f, _ in points]), interp(d, dims, [b for _, _, b in points])
+
+
+FP8_ATTENTION_CAST_TENSORS = 4
+"""Tensors of the attention core's width that FP8 attention quantises per layer and micro-batch
+(planner.cost.fp8_attention_speed): Q, K and V in the forward, the output gradient in the backward
+(ASSUMPTION: each priced as one query-width tensor at the recipe's cast bytes, cost.cast_bytes)."""
+
+
 @memo()
 def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
                    sequence_parallel: bool, tp_comm_overlap: bool = False, ep: int = 1, etp: int = 1,
@@ -628,6 +664,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     tokens = b * s / cp
     fp8 = gemm_format(training)
     has_attn, has_mlp = symbol in (None, "*"), symbol in (None, "-", "E")
+    speed_f = speed_b = 1.0
+    fp8_attn_cast = 0.0  # one query-width tensor's quantisation under FP8 attention
     moe = (moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher)
            if model.moe is not None and not dense and symbol in (None, "E") else None)
     flops = attention_gemm_flops(model, tokens, tp, sequence_parallel) if has_attn else []
@@ -644,6 +682,10 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
         attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp, training.document_tokens)
                                                      if flash else gemm_efficiency(cluster, attn_flops)))
+        if fp8 and training.fp8_attention:  # TE's FP8 fused attention (not in the BF16 end layers, fp8 None there)
+            speed_f, speed_b = fp8_attention_speed(model, cluster, training)
+            q_elems = tokens * model.num_attention_heads * model.core_head_dims[0] / tp
+            fp8_attn_cast = cast_bytes(training) * q_elems / (gpu.hbm_bandwidth * cal.hbm_efficiency)
         if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
             attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;
@@ -664,8 +706,12 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if moe is not None:
         gemm += moe.gemm
         elem_t += moe.memory
+    attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn / speed_b
+    attn /= speed_f
+    cast_fwd += (FP8_ATTENTION_CAST_TENSORS - 1) * fp8_attn_cast  # Q, K, V
+    cast_bwd += fp8_attn_cast  # the output gradient
     fwd = gemm + attn + elem_t + cast_fwd + scan
-    bwd = 2 * gemm + (FLASH_BWD_FACTOR if flash else 2.0) * attn + 2 * elem_t + cast_bwd + MAMBA_SCAN_BWD_FACTOR * scan
+    bwd = 2 * gemm + attn_bwd + 2 * elem_t + cast_bwd + MAMBA_SCAN_BWD_FACTOR * scan
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an
     # all-gather + reduce-scatter pair of the same volume [Korthikanti22 §4.2.2]. MLA (SP) gathers
     # its up-projections' inputs instead (r_q or h, r_kv) and the RoPE key (d_rope) [MLASelfAttention.
@@ -1017,7 +1063,7 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         for c, n in symbols_on(model, layout, stage).items():  # a hybrid model's other kinds of layer
             if c != base_symbol:
                 instead(n, _kind_time(model, cluster, training, layout, c))
-        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False})
+        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False, "fp8_attention": False})
         for c, k in bf16_kinds_on(model, training, layout, stage).items():  # BF16 first/last layers, by kind
             instead(k, _kind_time(model, cluster, bf16, layout, c), _kind_time(model, cluster, training, layout, c))
         acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import (computed_score_share, loss_traffic_bytes, model_flops_per_token, mtp_time, output_time,
-                          stage_coefficients, stage_dp_time, stage_offload_time)
+from planner.cost import (computed_score_share, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
+                          output_time, stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
                             static_memory, weight_and_adam_bytes)
@@ -43,7 +43,7 @@ def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: st
     delayed on Hopper, MXFP8 on Blackwell; torchtitan's rowwise); None where the cluster cannot price
     FP8 or the launch target does not emit it (DeepSpeed)."""
     if training.fp8 is not None:
-        return training.model_copy(update={"fp8": None})
+        return training.model_copy(update={"fp8": None, "fp8_attention": False})
     if framework == "deepspeed":
         return None
     recipe = default_fp8_recipe(cluster, framework)
@@ -256,6 +256,12 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
                                                         time_limit_s, constraints))
+        if training.fp8_attention:  # priced at cuDNN's measured FP8 / BF16 speed of the core (cost.fp8_attention_speed)
+            f, bw = fp8_attention_speed(model, cluster, training)
+            lines.append("Sensitivity, " + _sensitivity(f"BF16 attention (FP8's core runs {f:.2f}x forward, {bw:.2f}x "
+                                                        "backward here)", model, cluster,
+                                                        training.model_copy(update={"fp8_attention": False}), b,
+                                                        framework, time_limit_s, constraints))
         offload = offloaded(cluster, training, framework) if head < 0.05 else None
         if offload is not None:  # memory binds: what the GPU memory Adam's states hold would buy
             lines.append("Sensitivity, " + _sensitivity("optimizer offloaded to the host", model, cluster, offload, b,

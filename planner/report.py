@@ -67,6 +67,7 @@ def plan_dict(p: Plan) -> dict[str, Any]:
         "memory_stages": [{"stage": s.stage, "layers": s.layers, "items": {i.name: i.bytes for i in s.items}}
                           for s in p.memory.stages],
         "fp8": p.training.fp8,  # the workload-choice fields (planner.choices): rows of a choice search differ in them
+        "fp8_attention": p.training.fp8_attention,
         "optimizer_states": p.training.optimizer_states,
         "optimizer_offload": p.training.optimizer_offload,
         "host_memory_stages_bytes": list(p.memory.host),

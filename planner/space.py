@@ -1021,6 +1021,10 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError(f"training.cross_entropy: '{training.cross_entropy}' ({LOSS_KERNELS[training.cross_entropy]}) "
                            f"is priced but no launch config turns it on; framework '{framework}' would keep FP32 logits "
                            "(use framework='any')")
+    if training.fp8_attention and framework not in (None, "any"):
+        raise PlannerError(f"training.fp8_attention: priced, but no launch config turns it on (megatron-core 0.19.2 has no "
+                           f"flag for fp8_dot_product_attention); framework '{framework}' would attend in BF16 "
+                           "(use framework='any')")
     if training.document_tokens is not None and framework in ("megatron", "deepspeed"):
         raise PlannerError(f"training.document_tokens: per-document attention masks are torchtitan's; framework "
                            f"'{framework}' attends causally over the whole sequence (use framework='torchtitan' or 'any')")

@@ -38,6 +38,7 @@ __all__ = [
     "Calibration",
     "ClusterSpec",
     "TrainingSpec",
+    "FP8_ATTENTION_RECIPES",
     "Layout",
     "Kernels",
     "num_microbatches",
@@ -916,6 +917,13 @@ class Calibration(_Spec):
     """Speed of an MoE layer's dispatch and combine (the EP all-to-alls, DeepEP's or the all-gather
     dispatcher's collectives, the ETP gather / scatter) relative to planner.comm's pricing of them on the
     tiers they cross (1: as priced). 1 in the catalog; `planner calibrate` fits it from one's own MoE runs."""
+    fp8_attention_speed: dict[Literal["per_tensor", "mxfp8"],
+                              list[tuple[_count(1024), _real(gt=0, le=4), _real(gt=0, le=4)]]] | None = None
+    """Speed of Transformer Engine's FP8 fused attention (cuDNN's FP8 SDPA) over its BF16 kernel on this
+    GPU, by scaling ('per_tensor': the delayed and tensorwise recipes; 'mxfp8'), as (query-key head
+    dim, forward, backward) points, linear in the head dim between them and clamped at the ends: the
+    ratio of the same causal kernel's TFLOP/s in cuDNN's own benchmark. Prices TrainingSpec.fp8_attention
+    (planner.cost.fp8_attention_speed); None (or a missing scaling): not measured, FP8 attention is refused."""
     moe_host_stall: Seconds = 0.0
     """Seconds the GPU idles in every MoE layer's forward (and its recomputed forward) while the host waits
     for the dispatcher's device-to-host copy of the token counts, then launches the rest of the layer:
@@ -1041,6 +1049,11 @@ BALANCED = MoERouting()
 """Dropless routing with the tokens balanced over the experts, as NVIDIA's benchmarks force it."""
 
 
+FP8_ATTENTION_RECIPES = ("delayed", "tensorwise", "mxfp8")
+"""The recipes megatron-core passes --fp8-dot-product-attention to (fp8_dpa) [megatron-core 0.19
+fp8_utils.py: get_fp8_recipe]."""
+
+
 class TrainingSpec(_Spec):
     """The workload: batch, sequence, precision and optimizer."""
 
@@ -1101,6 +1114,16 @@ class TrainingSpec(_Spec):
     recipe (fp8=None) it has no effect."""
     bf16_last_layers: _count(MAX_LAYERS, lo=0) = 0
     """The same at the end of the model (--num-layers-at-end-in-bf16)."""
+    fp8_attention: Bool = False
+    """The attention core (QK^T, softmax, PV) runs Transformer Engine's FP8 fused attention too:
+    TransformerConfig.fp8_dot_product_attention, which megatron-core hands to the delayed, tensorwise and
+    mxfp8 recipes as fp8_dpa (blockwise and NVFP4 get none) [megatron-core 0.19 fp8_utils.py:
+    get_fp8_recipe; extensions/transformer_engine.py: TEDelayedScaling] and Megatron-Bridge's MXFP8
+    performance recipes turn on. Priced at the GPU's measured FP8 speed of that kernel
+    (Calibration.fp8_attention_speed) with the casts of Q, K, V and of the output gradient; its saved
+    Q, K, V (and O) are kept at their BF16 bytes (planner.cost.fp8_attention_speed says why). Layers kept
+    in BF16 (bf16_first_layers / bf16_last_layers) attend in BF16. Priced, emitted by none: megatron-core
+    0.19.2 gives it no command-line flag (arguments.py excludes it), so the Megatron launch refuses it."""
     optimizer_impl: Literal["megatron", "deepspeed", "fsdp2"] | None = None
     """Whose engine keeps the optimizer states and reduces the gradients: None or 'megatron' =
     Megatron's DDP and distributed optimizer (the ledger's 2 + 4 + 12 B/param, gradients reduced in
@@ -1206,6 +1229,13 @@ class TrainingSpec(_Spec):
             # megatron-core 0.19.2 transformer_config.py: TransformerConfig.__post_init__
             raise ValueError("moe_pad_to_capacity: needs moe_capacity_factor (Megatron pads each expert's input to "
                              "its capacity)")
+        if self.fp8_attention:
+            if self.fp8 not in FP8_ATTENTION_RECIPES:
+                raise ValueError(f"fp8_attention: Megatron runs FP8 attention under the delayed, tensorwise or mxfp8 "
+                                 f"recipe (fp8_dpa), got fp8={self.fp8!r}")
+            if self.attention != "flash" or self.kernels != "fused":
+                raise ValueError("fp8_attention: Transformer Engine's fused attention only (attention='flash', "
+                                 "kernels='fused')")
         if self.bf16_first_layers or self.bf16_last_layers:  # no effect without a recipe, as in Megatron
             field = "bf16_first_layers" if self.bf16_first_layers else "bf16_last_layers"
             if self.fp8 not in (None, "tensorwise", "blockwise", "mxfp8", "nvfp4"):

@@ -497,3 +497,115 @@ def test_transformer_engine_fp8_tp_gathers_cost_their_bytes():
     per_byte, e = 32 * 0.5 * 4096 * 4096 / 720e9, c.calibration.tp_comm_exposed
     assert bf16 - tp("dgx-b200", "mxfp8")[0] == pytest.approx(2 * per_byte * e, rel=1e-6)
     assert bf16 - tp("dgx-b200", "nvfp4")[0] == pytest.approx((2 * 1.4375 + 2 * 0.875) * per_byte * e, rel=1e-6)
+
+
+# FP8 attention (TrainingSpec.fp8_attention): cuDNN's own SDPA benchmark, NVIDIA/cudnn-frontend@3929da2
+# benchmark/sdpa_benchmark_training/results, causal ('top_left'), TFLOP/s (forward, backward):
+CUDNN_SDPA = {  # (gpu csv, shapes, seq): {dtype: (fwd, bwd)}
+    ("gb200", "llama3.1", 4096): {"bfloat16": (1408, 1148), "fp8": (1805, 1178), "mxfp8": (1685, 1054)},
+    ("gb200", "llama3.1", 8192): {"bfloat16": (1574, 1332), "fp8": (2047, 1454), "mxfp8": (1902, 1287)},
+    ("gb300", "dsv3", 4096): {"bfloat16": (1590, 1143), "fp8": (2788, 1982), "mxfp8": (2517, 1522)},
+    ("gb300", "dsv3", 8192): {"bfloat16": (1825, 1291), "fp8": (3128, 2310), "mxfp8": (2829, 1780)},
+    ("h200", "llama3.1", 4096): {"bfloat16": (591, 474), "fp8": (854, 471)},
+    ("h200", "llama3.1", 8192): {"bfloat16": (644, 541), "fp8": (964, 430)},
+}
+
+
+def _sdpa_ratio(gpu: str, shapes: str, dtype: str) -> tuple[float, float]:
+    """The mean over sequence 4096 and 8192 of dtype's TFLOP/s over BF16's, forward and backward."""
+    rows = [v for (g, s, _), v in CUDNN_SDPA.items() if g == gpu and s == shapes]
+    return tuple(sum(r[dtype][i] / r["bfloat16"][i] for r in rows) / len(rows) for i in (0, 1))
+
+
+@pytest.mark.parametrize("cluster, gpu, scaling, dtype, shapes, head_dim", [
+    ("gb200-nvl72", "gb200", "mxfp8", "mxfp8", "llama3.1", 128),
+    ("gb200-nvl72", "gb200", "per_tensor", "fp8", "llama3.1", 128),
+    ("dgx-b300", "gb300", "mxfp8", "mxfp8", "dsv3", 192),
+    ("gb300-nvl72", "gb300", "per_tensor", "fp8", "dsv3", 192),
+    ("dgx-h100", "h200", "per_tensor", "fp8", "llama3.1", 128),
+])
+def test_fp8_attention_speeds_are_cudnns_measured_ratios(cluster, gpu, scaling, dtype, shapes, head_dim):
+    c = planner.load_cluster(cluster)
+    point = next(p for p in c.calibration.fp8_attention_speed[scaling] if p[0] == head_dim)
+    assert point[1:] == pytest.approx(_sdpa_ratio(gpu, shapes, dtype), abs=6e-4)
+    assert "SDPA8" in c.provenance[f"calibration.fp8_attention_speed.{scaling}"]
+
+
+def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
+    """Llama-3-8B on GB200, MXFP8, seq 4096, one sequence: the core runs 1.203x forward and 0.942x
+    backward (cuDNN's head-dim-128 ratios, above); Q, K, V are quantised in the forward and the output
+    gradient in the backward, each 4096 x 32 heads x 128 elements at MXFP8's 4 B (read BF16 2, write a
+    row- and a column-wise copy) over 8 TB/s x 0.86."""
+    from planner.cost import FLASH_BWD_FACTOR, _layer_time_of
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("gb200-nvl72")
+    bf16 = TrainingSpec(**TRAIN, fp8="mxfp8")
+    fp8a = TrainingSpec(**TRAIN, fp8="mxfp8", fp8_attention=True)
+    a, b = _layer_time_of(m, c, bf16, 1, 1, 1, False), _layer_time_of(m, c, fp8a, 1, 1, 1, False)
+    f, bw = 1.203, 0.942  # the catalog's rounding of _sdpa_ratio("gb200", "llama3.1", "mxfp8")
+    cast = 4 * 4096 * 32 * 128 / (8000e9 * 0.86)
+    assert b.attn_fwd == pytest.approx(a.attn_fwd / f, rel=1e-3)
+    assert a.fwd - b.fwd == pytest.approx(a.attn_fwd * (1 - 1 / f) - 3 * cast, rel=1e-3)
+    assert b.bwd - a.bwd == pytest.approx(FLASH_BWD_FACTOR * a.attn_fwd * (1 / bw - 1) + cast, rel=1e-3)
+    # MLA's 192-wide query-key heads take the dsv3 point, a 160-wide head the mean of the two
+    from planner.cost import fp8_attention_speed
+    ds = planner.load_model("deepseek-v3")
+    assert fp8_attention_speed(ds, c, fp8a) == pytest.approx((1.385, 1.271))
+    mid = planner.specs.ModelSpec.model_validate({**m.model_dump(), "kv_channels": 160})
+    assert fp8_attention_speed(mid, c, fp8a) == pytest.approx(((1.203 + 1.385) / 2, (0.942 + 1.271) / 2))
+    assert fp8_attention_speed(m, c, bf16) == (1.0, 1.0)
+
+
+def test_fp8_attention_leaves_the_bf16_end_layers_and_the_step_in_hoppers_measured_direction():
+    """On H100, cuDNN's FP8 backward is slower than its BF16 one at these lengths (0.894 mean), so FP8
+    attention makes a causal 8k step slower, as measured; a model all of whose layers are kept in BF16
+    (tensorwise's --num-layers-at-start-in-bf16) prices the same step with it or without."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch_size=1)
+    t = dict(global_batch_size=64, seq_length=8192, fp8="tensorwise")
+    off = planner.evaluate(m, c, TrainingSpec(**t), lay).step_time_s
+    on = planner.evaluate(m, c, TrainingSpec(**t, fp8_attention=True), lay).step_time_s
+    assert on > off
+    allbf16 = dict(t, bf16_first_layers=m.num_layers)
+    assert planner.evaluate(m, c, TrainingSpec(**allbf16, fp8_attention=True), lay).step_time_s == pytest.approx(
+        planner.evaluate(m, c, TrainingSpec(**allbf16), lay).step_time_s, rel=1e-12)
+
+
+def test_fp8_attention_is_refused_where_megatron_or_the_catalog_cannot_run_it():
+    for kw, text in ((dict(fp8="blockwise"), "delayed, tensorwise or mxfp8"), (dict(fp8=None), "fp8=None"),
+                     (dict(fp8="nvfp4"), "fp8='nvfp4'"),
+                     (dict(fp8="delayed", kernels="unfused"), "fused attention only")):
+        with pytest.raises(ValueError, match="fp8_attention") as e:
+            TrainingSpec(**TRAIN, fp8_attention=True, **kw)
+        assert text in str(e.value)
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100")
+    t = TrainingSpec(**TRAIN, fp8="delayed", fp8_attention=True)
+    lay = Layout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch_size=1)
+    bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"fp8_attention_speed": None})})
+    with pytest.raises(PlannerError, match="no measured per_tensor FP8 attention speed"):
+        planner.evaluate(m, bare, t, lay)
+    with pytest.raises(PlannerError, match="no launch config turns it on"):
+        plan(m, c, t, framework="megatron", top_k=1, structural=False, time_limit_s=10)
+    with pytest.raises(PlannerError, match="no command-line flag"):
+        planner.evaluate(m, c, t, lay).to_megatron()
+
+
+def test_the_cli_prices_fp8_attention_and_says_why_no_launch_turns_it_on(tmp_path):
+    base = ["llama3-8b", "gb200-nvl72", "--nodes", "2", "--global-batch-size", "16", "--seq-length", "4096",
+            "--fp8", "mxfp8", "--fp8-attention"]
+    out = io.StringIO()
+    assert main(["evaluate", *base, "--dp", "8", "--zero", "1", "--json"], stdout=out, stderr=io.StringIO()) == 0
+    assert json.loads(out.getvalue())["fp8_attention"] is True
+    err = io.StringIO()
+    assert main(["plan", *base, "--framework", "megatron"], stdout=io.StringIO(), stderr=err) == 2
+    assert "fp8_attention" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+    err = io.StringIO()
+    assert main(["evaluate", *base, "--dp", "8", "--zero", "1", "--emit", "megatron", "--out", str(tmp_path / "m")],
+                stdout=io.StringIO(), stderr=err) == 2
+    assert "no command-line flag" in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+    from planner.explain import explain
+
+    lines = explain(planner.load_model("llama3-8b"), planner.load_cluster("gb200-nvl72", nodes=2),
+                    TrainingSpec(global_batch_size=16, seq_length=4096, fp8="mxfp8", fp8_attention=True), framework="any")
+    assert any(line.startswith("Sensitivity, BF16 attention (FP8's core runs 1.20x forward, 0.94x backward here)")
+               for line in lines)

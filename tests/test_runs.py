@@ -85,3 +85,18 @@ def test_moe_rows_read_the_published_step_time_before_a_printed_total():
     assert runs["dgxc_v25.05_grok1_314b_gb200_512gpu_bf16"].tokens_per_s_per_gpu == pytest.approx(2237.0, abs=0.1)
     assert runs["dgxc_v25.05_grok1_314b_gb200_128gpu_bf16"].tokens_per_s_per_gpu == pytest.approx(2236.7, abs=0.1)
     assert runs["mbridge_26.08_dgx-gb200_gpt_oss_120b_64gpu_mxfp8"].tokens_per_s_per_gpu == 28672  # printed per GPU
+
+
+def test_moe_rows_run_fp8_attention_where_their_recipe_does():
+    """Megatron-Bridge's MXFP8 performance configs set fp8_dot_product_attention from v0.5.0 (26.06) on,
+    inherited by replace() (DeepSeek-V3's GB300 V2 from V1); 26.08's recipe helpers set it too."""
+    from runs import load_moe_runs
+
+    runs = {r.id: r for r in load_moe_runs()[0]}
+    for rid in ("mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8", "mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8_gbs15360",
+                "mbridge_26.06.01_dgx-gb200_qwen3_30b_a3b_8gpu_mxfp8", "mbridge_26.08_dgx-gb300_deepseek_v3_256gpu_mxfp8",
+                "mbridge_26.08_dgx-gb200_gpt_oss_120b_64gpu_mxfp8", "mbridge_26.08_dgx-gb200_qwen3_30b_a3b_8gpu_mxfp8"):
+        assert runs[rid].training.fp8_attention, rid
+    for rid in ("mbridge_26.04_dgx-gb300_deepseek_v3_256gpu_mxfp8", "mbridge_26.06_dgx-b300_gpt_oss_120b_64gpu_mxfp8",
+                "mbridge_26.06_dgx-h100_qwen3_30b_a3b_16gpu_fp8", "dgxc_v25.05_grok1_314b_gb200_128gpu_fp8"):
+        assert not runs[rid].training.fp8_attention, rid

@@ -401,6 +401,7 @@ def test_megatron_accepts_fp8_plans_and_runs_their_recipe(megatron_path):
                     top_k=1, structural=False, time_limit_s=60, zero_stage=1).best
     r = check_megatron([megatron_payload(gathered.to_megatron().args, gathered.num_gpus, gathered.to_megatron().env, 9)])[0]
     assert r.ok and r.details["fp8_param"] is True
+    assert r.details["fp8_dot_product_attention"] is False
 
 
 def test_megatron_accepts_bf16_adam_states(megatron_path):

@@ -137,6 +137,8 @@ def _validate(p: dict) -> dict:
                # what TransformerConfig will run the linear layers with (None: BF16/FP16)
                "fp8": cfg.fp8, "fp8_recipe": str(cfg.fp8_recipe) if cfg.fp8 else None,
                "fp8_param": bool(getattr(cfg, "fp8_param", False)),
+               # the attention core in FP8 (handed to the recipe as fp8_dpa: fp8_utils.get_fp8_recipe)
+               "fp8_dot_product_attention": bool(getattr(cfg, "fp8_dot_product_attention", False)),
                "fp4": getattr(cfg, "fp4", None),
                "fp4_recipe": str(cfg.fp4_recipe) if getattr(cfg, "fp4", None) else None,
                "reuse_grad_buf_for_mxfp8_param_ag": bool(getattr(args, "reuse_grad_buf_for_mxfp8_param_ag", False)),

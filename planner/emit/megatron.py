@@ -229,6 +229,10 @@ def megatron_args(plan: Plan) -> list[str]:
             if t.fp8 == "mxfp8":  # gathered in BF16 through the gradient buffer (memory.MXFP8_GATHER_BYTES),
                 # as Megatron recommends and Megatron-Bridge's bf16_with_mxfp8_mixed sets
                 a += ["--reuse-grad-buf-for-mxfp8-param-ag"]
+        if t.fp8_attention:  # priced (planner.cost.fp8_attention_speed), but pretrain_gpt cannot turn it on
+            raise PlannerError("Megatron: training.fp8_attention has no command-line flag in megatron-core 0.19.2 "
+                               "(arguments.py _add_network_size_args excludes TransformerConfig.fp8_dot_product_attention); "
+                               "set it in your own launcher, as Megatron-Bridge's recipes do, or plan without it")
         if any(t.bf16_end_layers):  # their linears in BF16 (planner.memory.bf16_layers_on)
             first, last = t.bf16_end_layers
             a += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", str(first),
