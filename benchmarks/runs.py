@@ -313,8 +313,7 @@ RECIPE_CORRECTIONS: dict[str, dict[str, str]] = {
     # script's selective granularity Megatron recomputes nothing [NVIDIA-NeMo/Megatron-Bridge v0.5.0
     # (fcbb6031103d) and v0.5.1 (5cb3444c43f7) scripts/performance/configs/deepseek/
     # deepseek_workload_base_configs.py]. moe_runs.yaml reads 'no module list in the matching config'.
-    # (The same recipe runs FP8 dot-product attention, fp8_dot_product_attention=True, which the
-    # planner does not price: their attention is priced in BF16.)
+    # (The same recipe runs FP8 dot-product attention, fp8_dot_product_attention=True: _recipe_fp8_attention.)
     rid: {"recompute": "none (recipe sets recompute_modules=[])"}
     for rid in ("mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8", "mbridge_26.06_dgx-gb300_deepseek_v3_256gpu_mxfp8_gbs15360",
                 "mbridge_26.06.01_dgx-gb300_deepseek_v3_256gpu_mxfp8")
