@@ -494,6 +494,8 @@ MUTANTS = [
      "FP8 attention: accepted under blockwise / NVFP4, which Megatron does not hand it to"),
     ("planner/space.py", 'if training.fp8_attention and framework not in (None, "any"):', "if False:",
      "FP8 attention: a Megatron search that cannot launch it"),
+    ("planner/cost.py", "if model.attention_sinks and cluster.gpu.arch < 10:", "if False:",
+     "FP8 attention: learnable sinks priced on Hopper, which TE cannot run"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])

@@ -633,9 +633,16 @@ def fp8_attention_speed(model: ModelSpec, cluster: ClusterSpec, training: Traini
     f16_tensors; utils.py: combine_and_quantize].
 
     Raises:
-        PlannerError: the cluster has no measured speed for that scaling."""
+        PlannerError: the cluster has no measured speed for that scaling, or the model has learnable
+            softmax sinks on a GPU before Blackwell, where Transformer Engine has no FP8 kernel for them
+            (utils.py: get_attention_backend disables FusedAttention for them in FP8 below sm100 or cuDNN
+            9.21, and every other backend)."""
     if not training.fp8_attention or training.fp8 not in FP8_ATTENTION_RECIPES:
         return 1.0, 1.0
+    if model.attention_sinks and cluster.gpu.arch < 10:
+        raise PlannerError(f"training.fp8_attention: Transformer Engine runs FP8 attention with learnable softmax sinks "
+                           f"on Blackwell only (compute capability 10.x, cuDNN 9.21); {cluster.gpu.name} is "
+                           f"{cluster.gpu.arch}.x")
     kind = "mxfp8" if training.fp8 == "mxfp8" else "per_tensor"
     points = (cluster.calibration.fp8_attention_speed or {}).get(kind)
     if not points:

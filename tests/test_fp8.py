@@ -584,6 +584,10 @@ def test_fp8_attention_is_refused_where_megatron_or_the_catalog_cannot_run_it():
     bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"fp8_attention_speed": None})})
     with pytest.raises(PlannerError, match="no measured per_tensor FP8 attention speed"):
         planner.evaluate(m, bare, t, lay)
+    oss = planner.load_model("gpt-oss-120b")  # learnable sinks: TE's FP8 kernel for them needs sm100
+    with pytest.raises(PlannerError, match="learnable softmax sinks on Blackwell only"):
+        planner.evaluate(oss, planner.load_cluster("dgx-h100", nodes=8), t,
+                         Layout(tp=1, pp=1, dp=64, ep=64, etp=1, zero_stage=1, micro_batch_size=1))
     with pytest.raises(PlannerError, match="no launch config turns it on"):
         plan(m, c, t, framework="megatron", top_k=1, structural=False, time_limit_s=10)
     with pytest.raises(PlannerError, match="no command-line flag"):
