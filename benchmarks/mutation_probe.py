@@ -485,7 +485,7 @@ MUTANTS = [
      "FP8 attention: forward and backward speeds swapped"),
     ("planner/cost.py", "attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn / speed_b",
      "attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn", "FP8 attention: backward at BF16 speed"),
-    ("planner/cost.py", "cast_bwd += fp8_attn_cast  # the output gradient", "cast_bwd += 0.0",
+    ("planner/cost.py", "cast_bwd += attn_cast_b  # the output gradient", "cast_bwd += 0.0",
      "FP8 attention: the output gradient's cast dropped"),
     ("planner/cost.py", 'kind = "mxfp8" if training.fp8 == "mxfp8" else "per_tensor"', 'kind = "per_tensor"',
      "FP8 attention: MXFP8 at per-tensor FP8's speed"),
@@ -496,6 +496,8 @@ MUTANTS = [
      "FP8 attention: a Megatron search that cannot launch it"),
     ("planner/cost.py", "if model.attention_sinks and cluster.gpu.arch < 10:", "if False:",
      "FP8 attention: learnable sinks priced on Hopper, which TE cannot run"),
+    ("planner/cost.py", "kv = model.kv_heads * (dqk + dv) / min(tp, model.kv_heads)", "kv = a * (dqk + dv) / tp",
+     "FP8 attention: K and V cast at the query heads' width"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])

@@ -76,6 +76,7 @@ __all__ = [
     "model_flops_per_token",
     "gemm_efficiency",
     "fp8_attention_speed",
+    "fp8_attention_cast_elements",
     "StageTime",
     "PipelineTime",
     "StageCoefficients",
@@ -653,10 +654,17 @@ def fp8_attention_speed(model: ModelSpec, cluster: ClusterSpec, training: Traini
     return interp(d, dims, [f for _, f, _ in points]), interp(d, dims, [b for _, _, b in points])
 
 
-FP8_ATTENTION_CAST_TENSORS = 4
-"""Tensors of the attention core's width that FP8 attention quantises per layer and micro-batch
-(planner.cost.fp8_attention_speed): Q, K and V in the forward, the output gradient in the backward
-(ASSUMPTION: each priced as one query-width tensor at the recipe's cast bytes, cost.cast_bytes)."""
+def fp8_attention_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
+    """Elements per token one GPU quantises for FP8 attention (cost.fp8_attention_speed), at the recipe's
+    cast bytes (cost.cast_bytes): (forward: Q, K and V, the rank's heads, K/V heads replicated where tp
+    exceeds them; MLA's K and V per query head; backward: the output gradient)."""
+    dqk, dv = model.core_head_dims
+    a = model.num_attention_heads
+    if model.mla is not None:
+        kv = a * (dqk + dv) / tp
+    else:
+        kv = model.kv_heads * (dqk + dv) / min(tp, model.kv_heads)
+    return a * dqk / tp + kv, a * dv / tp
 
 
 @memo()
@@ -672,7 +680,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     fp8 = gemm_format(training)
     has_attn, has_mlp = symbol in (None, "*"), symbol in (None, "-", "E")
     speed_f = speed_b = 1.0
-    fp8_attn_cast = 0.0  # one query-width tensor's quantisation under FP8 attention
+    attn_cast_f = attn_cast_b = 0.0  # FP8 attention's quantisation of Q, K, V (forward) and dO (backward)
     moe = (moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher)
            if model.moe is not None and not dense and symbol in (None, "E") else None)
     flops = attention_gemm_flops(model, tokens, tp, sequence_parallel) if has_attn else []
@@ -691,8 +699,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
                                                      if flash else gemm_efficiency(cluster, attn_flops)))
         if fp8 and training.fp8_attention:  # TE's FP8 fused attention (not in the BF16 end layers, fp8 None there)
             speed_f, speed_b = fp8_attention_speed(model, cluster, training)
-            q_elems = tokens * model.num_attention_heads * model.core_head_dims[0] / tp
-            fp8_attn_cast = cast_bytes(training) * q_elems / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+            attn_cast_f, attn_cast_b = (cast_bytes(training) * tokens * n / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+                                        for n in fp8_attention_cast_elements(model, tp))
         if not flash:  # eager: the s^2 softmax/dropout passes are memory-bound (read + write, bf16)
             attn += 3 * 2 * 2 * b * model.num_attention_heads / tp * (s / cp) * s / (gpu.hbm_bandwidth * cal.hbm_efficiency)
     # Norms, residual adds, activation functions, dropout: memory-bound passes over s*b*h elements;
@@ -715,8 +723,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         elem_t += moe.memory
     attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn / speed_b
     attn /= speed_f
-    cast_fwd += (FP8_ATTENTION_CAST_TENSORS - 1) * fp8_attn_cast  # Q, K, V
-    cast_bwd += fp8_attn_cast  # the output gradient
+    cast_fwd += attn_cast_f  # Q, K, V
+    cast_bwd += attn_cast_b  # the output gradient
     fwd = gemm + attn + elem_t + cast_fwd + scan
     bwd = 2 * gemm + attn_bwd + 2 * elem_t + cast_bwd + MAMBA_SCAN_BWD_FACTOR * scan
     # TP: 2 all-reduces forward and 2 backward of b*s*h activations; with SP each becomes an

@@ -533,9 +533,9 @@ def test_fp8_attention_speeds_are_cudnns_measured_ratios(cluster, gpu, scaling, 
 
 def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
     """Llama-3-8B on GB200, MXFP8, seq 4096, one sequence: the core runs 1.203x forward and 0.942x
-    backward (cuDNN's head-dim-128 ratios, above); Q, K, V are quantised in the forward and the output
-    gradient in the backward, each 4096 x 32 heads x 128 elements at MXFP8's 4 B (read BF16 2, write a
-    row- and a column-wise copy) over 8 TB/s x 0.86."""
+    backward (cuDNN's head-dim-128 ratios, above); Q (32 heads x 128), K and V (8 heads x 128 each) are
+    quantised in the forward and the output gradient (32 x 128) in the backward, 4096 tokens at MXFP8's
+    4 B (read BF16 2, write a row- and a column-wise copy) over 8 TB/s x 0.86."""
     from planner.cost import FLASH_BWD_FACTOR, _layer_time_of
 
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("gb200-nvl72")
@@ -543,9 +543,9 @@ def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
     fp8a = TrainingSpec(**TRAIN, fp8="mxfp8", fp8_attention=True)
     a, b = _layer_time_of(m, c, bf16, 1, 1, 1, False), _layer_time_of(m, c, fp8a, 1, 1, 1, False)
     f, bw = 1.203, 0.942  # the catalog's rounding of _sdpa_ratio("gb200", "llama3.1", "mxfp8")
-    cast = 4 * 4096 * 32 * 128 / (8000e9 * 0.86)
+    cast = 4 * 4096 * 32 * 128 / (8000e9 * 0.86)  # one 32 x 128-wide tensor
     assert b.attn_fwd == pytest.approx(a.attn_fwd / f, rel=1e-3)
-    assert a.fwd - b.fwd == pytest.approx(a.attn_fwd * (1 - 1 / f) - 3 * cast, rel=1e-3)
+    assert a.fwd - b.fwd == pytest.approx(a.attn_fwd * (1 - 1 / f) - 1.5 * cast, rel=1e-3)  # Q + K + V = 1.5 x Q
     assert b.bwd - a.bwd == pytest.approx(FLASH_BWD_FACTOR * a.attn_fwd * (1 / bw - 1) + cast, rel=1e-3)
     # MLA's 192-wide query-key heads take the dsv3 point, a 160-wide head the mean of the two
     from planner.cost import fp8_attention_speed
@@ -554,6 +554,9 @@ def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
     mid = planner.specs.ModelSpec.model_validate({**m.model_dump(), "kv_channels": 160})
     assert fp8_attention_speed(mid, c, fp8a) == pytest.approx(((1.203 + 1.385) / 2, (0.942 + 1.271) / 2))
     assert fp8_attention_speed(m, c, bf16) == (1.0, 1.0)
+    from planner.cost import fp8_attention_cast_elements  # per token on one GPU: (Q + K + V, dO)
+    assert fp8_attention_cast_elements(m, 16) == (4096 / 16 + 2 * 128, 4096 / 16)  # 8 K/V heads over 16 ranks: one each
+    assert fp8_attention_cast_elements(ds, 2) == (128 * 192 / 2 + 128 * (192 + 128) / 2, 128 * 128 / 2)  # MLA: K, V per head
 
 
 def test_fp8_attention_leaves_the_bf16_end_layers_and_the_step_in_hoppers_measured_direction():
