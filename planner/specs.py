@@ -939,6 +939,10 @@ class Calibration(_Spec):
         _curve_rule(self.gemm_efficiency, "gemm_efficiency", "efficiency")
         if self.gemm_efficiency_fp8 is not None:
             _curve_rule(self.gemm_efficiency_fp8, "gemm_efficiency_fp8", "efficiency")
+        for kind, points in (self.fp8_attention_speed or {}).items():
+            dims = [d for d, _, _ in points]
+            if not points or any(b <= a for a, b in zip(dims, dims[1:])):
+                raise ValueError(f"fp8_attention_speed: the {kind} points need strictly increasing head dims, got {dims}")
         return self
 
 

@@ -587,6 +587,8 @@ def test_fp8_attention_is_refused_where_megatron_or_the_catalog_cannot_run_it():
     bare = c.model_copy(update={"calibration": c.calibration.model_copy(update={"fp8_attention_speed": None})})
     with pytest.raises(PlannerError, match="no measured per_tensor FP8 attention speed"):
         planner.evaluate(m, bare, t, lay)
+    with pytest.raises(ValueError, match="strictly increasing head dims"):
+        c.calibration.model_validate({**c.calibration.model_dump(), "fp8_attention_speed": {"mxfp8": [(192, 1, 1), (128, 1, 1)]}})
     oss = planner.load_model("gpt-oss-120b")  # learnable sinks: TE's FP8 kernel for them needs sm100
     with pytest.raises(PlannerError, match="learnable softmax sinks on Blackwell only"):
         planner.evaluate(oss, planner.load_cluster("dgx-h100", nodes=8), t,
