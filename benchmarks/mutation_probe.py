@@ -412,7 +412,7 @@ MUTANTS = [
      "torchtitan MoE: explain prices EP on Megatron's engine"),
     ("planner/memory.py", "+ experts + 2 * n * model.hidden_size", "+ experts",
      "torchtitan MoE: the combined rows its scores weigh not kept"),
-    ("planner/memory.py", "moe_scores_after_combine=uses_torchtitan(training))", "moe_scores_after_combine=False)",
+    ("planner/memory.py", "moe_scores_after_combine=uses_torchtitan(training),", "moe_scores_after_combine=False,",
      "torchtitan MoE: Megatron's saved set"),
     ("planner/specs.py", "+ 3 * self.num_heads + self.inner)", "+ 3 * self.num_heads)",
      "hybrid: the Mamba-2 group norm's weight not counted"),
@@ -498,6 +498,16 @@ MUTANTS = [
      "FP8 attention: learnable sinks priced on Hopper, which TE cannot run"),
     ("planner/cost.py", "kv = model.kv_heads * (dqk + dv) / min(tp, model.kv_heads)", "kv = a * (dqk + dv) / tp",
      "FP8 attention: K and V cast at the query heads' width"),
+    ("planner/memory.py", "pinned = 0.0 if model.qk_norm else 2 * sb * (hq + hkv) / tp", "pinned = 0.0",
+     "FP8 attention memory: the fused QKV buffer still pinned"),
+    ("planner/memory.py", 'FP8_ATTENTION_SAVES_FP8_OUTPUT = ("delayed",)', 'FP8_ATTENTION_SAVES_FP8_OUTPUT = ("delayed", "tensorwise")',
+     "FP8 attention memory: tensorwise's output saved in FP8"),
+    ("planner/memory.py", '"mxfp8": 2 * (1 + 1 / 32)}', '"mxfp8": 1.0}', "FP8 attention memory: MXFP8's Q, K, V one copy"),
+    ("planner/memory.py", "relief = -qb * elems if up_proj_recomputed and model.mla is not None else bf16 - qb * elems",
+     "relief = bf16 - qb * elems", "FP8 attention memory: mla_up_proj frees the BF16 Q, K, V twice"),
+    ("planner/memory.py", 'if fp8_attention and flash and "a" in parts and not core:', 'if fp8_attention and flash and "a" in parts:',
+     "FP8 attention memory: relieved under core recompute"),
+    ("planner/memory.py", 'over["fp8_attention"] = None', "pass", "FP8 attention memory: BF16 end layers saving FP8"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])

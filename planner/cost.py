@@ -627,11 +627,7 @@ def fp8_attention_speed(model: ModelSpec, cluster: ClusterSpec, training: Traini
     Transformer Engine quantises Q, K and V before cuDNN's FP8 kernel and the output gradient before its
     backward [TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/
     backends.py: FusedAttnFunc.forward (combine_and_quantize), backward] (priced as casts by the caller).
-    What it saves for the backward is kept at the BF16 bytes (ASSUMPTION, an upper bound): it keeps
-    Q, K, V and O in FP8 under delayed scaling, Q, K, V in FP8 and O in BF16 under tensorwise
-    (NVTE_DPA_FP8CS_O_in_F16 defaults to 1), and under MXFP8 Q, K, V quantised both row- and
-    column-wise (2 x (1 + 1/32) B, no saving) with O in BF16 [same: FusedAttnFunc.forward, fp8_tensors /
-    f16_tensors; utils.py: combine_and_quantize].
+    What it saves for the backward is memory.fp8_attention_relief's.
 
     Raises:
         PlannerError: the cluster has no measured speed for that scaling, or the model has learnable

@@ -440,6 +440,44 @@ def _mla_terms(b: int, s: float, h: int, a: int, m, f: int) -> list[tuple[float,
     return terms
 
 
+FP8_ATTENTION_SAVED_BYTES = {"delayed": 1.0, "tensorwise": 1.0, "mxfp8": 2 * (1 + 1 / 32)}
+"""Bytes per element of Q, K and V that Transformer Engine's FP8 attention saves for its backward, by
+recipe: one FP8 copy under per-tensor scaling; under MXFP8 a row- and a column-wise copy with an E8M0
+scale per 32 (combine_and_quantize with used_in_backward) [TransformerEngine@d0067d0 transformer_engine/
+pytorch/attention/dot_product_attention/backends.py: FusedAttnFunc.forward (fp8_tensors); utils.py:
+combine_and_quantize]."""
+FP8_ATTENTION_SAVES_FP8_OUTPUT = ("delayed",)
+"""The recipes under which it saves the output O in FP8 too (delayed scaling); tensorwise keeps O in BF16
+(NVTE_DPA_FP8CS_O_in_F16 defaults to 1), as MXFP8 does [same: FusedAttnFunc.forward]."""
+
+
+def fp8_attention_relief(model: ModelSpec, sb: float, tp: int, recipe: str, up_proj_recomputed: bool = False) -> float:
+    """Bytes of one layer's saved activations that FP8 attention (TrainingSpec.fp8_attention under `recipe`)
+    does not keep, for sb = b s / cp tokens on one GPU, where the attention core is not recomputed: its
+    BF16 Q, K, V (and, for llama-family layers without per-head norms, the fused QKV buffer a saved V view
+    pins: _llama_terms' P) give way to FP8_ATTENTION_SAVED_BYTES copies, and under delayed scaling its BF16
+    output to a 1 B one (the out-projection keeps its own quantised copy, as with BF16 attention). Where MLA's
+    up-projections are recomputed (mla_up_proj), recompute_module_freed_bytes already dropped the BF16 Q, K,
+    V, so only the FP8 copies come back (a negative relief)."""
+    a, (dqk, dv) = model.num_attention_heads, model.core_head_dims
+    qb = FP8_ATTENTION_SAVED_BYTES[recipe]
+    if model.mla is not None:
+        elems = sb * a * (2 * dqk + dv) / tp
+        bf16 = 2 * elems
+    elif model.family == Family.GPT:  # Q, K, V: views of one fused 6sbh QKV output
+        elems = 3 * sb * model.hidden_size / tp
+        bf16 = 2 * elems
+    else:
+        hq, hkv = a * model.head_dim, model.kv_heads * model.head_dim
+        elems = sb * (hq + 2 * hkv) / tp
+        pinned = 0.0 if model.qk_norm else 2 * sb * (hq + hkv) / tp  # the per-head norms' inputs keep it pinned
+        bf16 = 2 * elems + pinned
+    relief = -qb * elems if up_proj_recomputed and model.mla is not None else bf16 - qb * elems
+    if recipe in FP8_ATTENTION_SAVES_FP8_OUTPUT:
+        relief += (2 - 1) * sb * model.attention_out_width / tp
+    return relief
+
+
 @memo()
 def activation_bytes_per_layer(
     model: ModelSpec,
@@ -461,6 +499,7 @@ def activation_bytes_per_layer(
     saved_gather_bytes: float | None = None,
     moe_scores_after_combine: bool = False,
     symbol: str | None = None,
+    fp8_attention: str | None = None,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -507,6 +546,9 @@ def activation_bytes_per_layer(
         moe_routing: how the routed tokens fall on the busiest expert rank (TrainingSpec.moe_routing).
         recompute_modules: with recompute='selective', Megatron's --recompute-modules (Layout.
             recomputed_modules); each frees what recompute_module_freed_bytes says.
+        fp8_attention: the FP8 recipe under which the attention core runs Transformer Engine's FP8
+            attention (TrainingSpec.fp8_attention; None: BF16): it saves what fp8_attention_relief says,
+            unless the core is recomputed (its checkpoint keeps the BF16 Q, K, V it was given).
 
     Returns:
         Bytes per layer.
@@ -579,6 +621,9 @@ def activation_bytes_per_layer(
             # shared-expert FC1 adds a q-byte copy (none without shared experts); FC2 input 2 B -> q
             total += sb * h / sp_div * (-(2 - q) if moe is None else (q if f else 0))
             total -= (2 - q) * sb * f / tp
+    if fp8_attention and flash and "a" in parts and not core:
+        total -= fp8_attention_relief(model, s_loc * b, tp, fp8_attention,
+                                      rc == Recompute.SELECTIVE and "mla_up_proj" in recompute_modules)
     if moe is not None:
         total += moe_routed_bytes(model, s_loc * b / sp_div, tp if etp is None else etp, fp8_inputs, moe_routing,
                                   quant_bytes, moe_scores_after_combine)
@@ -1329,13 +1374,16 @@ def stage_activation_items(
               fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
               etp=layout.expert_tp, moe_routing=training.moe_routing,
               recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training),
-              moe_scores_after_combine=uses_torchtitan(training))
+              moe_scores_after_combine=uses_torchtitan(training),
+              fp8_attention=training.fp8 if training.fp8_attention else None)
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_kinds_on(model, training, layout, stage)  # BF16 first/last layers by kind (layer_kind)
     symbols = symbols_on(model, layout, stage)  # a hybrid model's layers by kind
 
     def layer_bytes(rc: str, moe_layer: bool = True, symbol: str | None = None, fp8_inputs: bool | None = None) -> float:
         over = {} if fp8_inputs is None else {"fp8_inputs": fp8_inputs}
+        if fp8_inputs is False:  # a BF16 end layer attends in BF16 too
+            over["fp8_attention"] = None
         return activation_bytes_per_layer(model, b, s, recompute=rc, moe_layer=moe_layer, symbol=symbol, **{**kw, **over})
 
     def kind_bytes(rc: str, kind: str, fp8_inputs: bool | None = None) -> float:

@@ -1124,8 +1124,8 @@ class TrainingSpec(_Spec):
     mxfp8 recipes as fp8_dpa (blockwise and NVFP4 get none) [megatron-core 0.19 fp8_utils.py:
     get_fp8_recipe; extensions/transformer_engine.py: TEDelayedScaling] and Megatron-Bridge's MXFP8
     performance recipes turn on. Priced at the GPU's measured FP8 speed of that kernel
-    (Calibration.fp8_attention_speed) with the casts of Q, K, V and of the output gradient; its saved
-    Q, K, V (and O) are kept at their BF16 bytes (planner.cost.fp8_attention_speed says why). Layers kept
+    (Calibration.fp8_attention_speed) with the casts of Q, K, V and of the output gradient; it saves
+    Q, K, V (and under delayed scaling O) quantised (planner.memory.fp8_attention_relief). Layers kept
     in BF16 (bf16_first_layers / bf16_last_layers) attend in BF16. Priced, emitted by none: megatron-core
     0.19.2 gives it no command-line flag (arguments.py excludes it), so the Megatron launch refuses it."""
     optimizer_impl: Literal["megatron", "deepspeed", "fsdp2"] | None = None

@@ -570,8 +570,9 @@ def test_fp8_attention_leaves_the_bf16_end_layers_and_the_step_in_hoppers_measur
     on = planner.evaluate(m, c, TrainingSpec(**t, fp8_attention=True), lay).step_time_s
     assert on > off
     allbf16 = dict(t, bf16_first_layers=m.num_layers)
-    assert planner.evaluate(m, c, TrainingSpec(**allbf16, fp8_attention=True), lay).step_time_s == pytest.approx(
-        planner.evaluate(m, c, TrainingSpec(**allbf16), lay).step_time_s, rel=1e-12)
+    on_, off_ = (planner.evaluate(m, c, TrainingSpec(**allbf16, fp8_attention=f), lay) for f in (True, False))
+    assert on_.step_time_s == pytest.approx(off_.step_time_s, rel=1e-12)
+    assert on_.peak_memory_bytes == pytest.approx(off_.peak_memory_bytes, rel=1e-12)
 
 
 def test_fp8_attention_is_refused_where_megatron_or_the_catalog_cannot_run_it():
@@ -618,3 +619,46 @@ def test_the_cli_prices_fp8_attention_and_says_why_no_launch_turns_it_on(tmp_pat
                     TrainingSpec(global_batch_size=16, seq_length=4096, fp8="mxfp8", fp8_attention=True), framework="any")
     assert any(line.startswith("Sensitivity, BF16 attention (FP8's core runs 1.20x forward, 0.94x backward here)")
                for line in lines)
+
+
+def test_fp8_attention_saves_what_transformer_engine_keeps():
+    """Llama-3-8B, one 4096-token sequence, tp 1, FP8 linears. BF16 attention keeps Q (32 x 128), K and V
+    (8 x 128 each) in BF16, and the saved V view pins the fused QKV output (Q + K, 5120 wide, 2 B). FP8
+    attention keeps FP8 copies instead: delayed scaling 1 B each and the output in FP8 too (1 B less of its
+    4096-wide BF16 copy); MXFP8 a row- and a column-wise copy with a scale per 32 (2.0625 B) and the BF16
+    output. With the core recomputed its checkpoint keeps the BF16 inputs: nothing changes."""
+    from planner.memory import activation_bytes_per_layer
+
+    m, t = planner.load_model("llama3-8b"), 4096
+    base = activation_bytes_per_layer(m, 1, t, fp8_inputs=True)
+    qkv = t * (4096 + 1024 + 1024)
+    pinned = 2 * t * (4096 + 1024)
+    assert base - activation_bytes_per_layer(m, 1, t, fp8_inputs=True, fp8_attention="delayed") == \
+        2 * qkv + pinned - qkv + t * 4096  # 80 MiB
+    assert base - activation_bytes_per_layer(m, 1, t, fp8_inputs=True, fp8_attention="tensorwise") == \
+        2 * qkv + pinned - qkv
+    assert base - activation_bytes_per_layer(m, 1, t, fp8_inputs=True, fp8_attention="mxfp8") == \
+        pytest.approx(2 * qkv + pinned - 2.0625 * qkv)
+    kw = dict(fp8_inputs=True, recompute="selective")
+    assert activation_bytes_per_layer(m, 1, t, fp8_attention="delayed", **kw) == activation_bytes_per_layer(m, 1, t, **kw)
+    # Qwen3's per-head norms keep the fused buffer pinned: only Q, K, V shrink (32 x 128 + 2 x 4 x 128 wide)
+    q3 = planner.load_model("qwen3-30b-a3b")
+    assert q3.qk_norm
+    rows = t * (32 * 128 + 2 * 4 * 128)
+    assert activation_bytes_per_layer(q3, 1, t, fp8_inputs=True) - activation_bytes_per_layer(
+        q3, 1, t, fp8_inputs=True, fp8_attention="tensorwise") == pytest.approx(rows)
+    # DeepSeek-V3 (MLA, 128 heads: Q and K 192 wide, V 128) at tp 8: BF16 Q, K, V give way to FP8 ones; where
+    # mla_up_proj already dropped the BF16 ones, the FP8 copies come back
+    ds = planner.load_model("deepseek-v3")
+    mla = t * 128 * (2 * 192 + 128) / 8
+    kw = dict(tp=8, sequence_parallel=True, fp8_inputs=True)
+    assert activation_bytes_per_layer(ds, 1, t, **kw) - activation_bytes_per_layer(ds, 1, t, fp8_attention="mxfp8", **kw) \
+        == pytest.approx(2 * mla - 2.0625 * mla)
+    kw.update(recompute="selective", recompute_modules=("mla_up_proj",))
+    assert activation_bytes_per_layer(ds, 1, t, fp8_attention="mxfp8", **kw) - activation_bytes_per_layer(ds, 1, t, **kw) \
+        == pytest.approx(2.0625 * mla)
+    # the plan's peak: 32 layers x 80 MiB less on one H100 rank (no pipeline, one micro-batch in flight)
+    c, lay = planner.load_cluster("dgx-h100"), Layout(tp=1, pp=1, dp=8, zero_stage=1, micro_batch_size=1)
+    peak = [planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=t, fp8="delayed", fp8_attention=on),
+                             lay).peak_memory_bytes for on in (False, True)]
+    assert peak[0] - peak[1] == pytest.approx(32 * 80 * 2**20)
