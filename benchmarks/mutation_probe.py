@@ -498,7 +498,7 @@ MUTANTS = [
      "FP8 attention: learnable sinks priced on Hopper, which TE cannot run"),
     ("planner/cost.py", "kv = model.kv_heads * (dqk + dv) / min(tp, model.kv_heads)", "kv = a * (dqk + dv) / tp",
      "FP8 attention: K and V cast at the query heads' width"),
-    ("planner/memory.py", "pinned = 0.0 if model.qk_norm else 2 * sb * (hq + hkv) / tp", "pinned = 0.0",
+    ("planner/memory.py", "pinned = 0.0 if model.qk_norm else fused_qkv_pin_bytes(sb, hq, hkv) / tp", "pinned = 0.0",
      "FP8 attention memory: the fused QKV buffer still pinned"),
     ("planner/memory.py", 'FP8_ATTENTION_SAVES_FP8_OUTPUT = ("delayed",)', 'FP8_ATTENTION_SAVES_FP8_OUTPUT = ("delayed", "tensorwise")',
      "FP8 attention memory: tensorwise's output saved in FP8"),

@@ -336,6 +336,13 @@ def _gpt_terms(b: int, s: float, h: int, a: int, f: int, s_kv: float, flash: boo
     return terms
 
 
+def fused_qkv_pin_bytes(tokens: float, q_width: int, kv_width: int) -> float:
+    """Bytes a saved V pins beyond itself for `tokens` tokens: V is a view of Megatron's fused QKV GEMM
+    output, so the BF16 Q and K parts of that buffer (q_width + kv_width wide) stay allocated with it
+    (_llama_terms' P) [MemRef §2b]."""
+    return 2 * tokens * (q_width + kv_width)
+
+
 def _llama_terms(
     b: int, s: float, h: int, a: int, g: int, d: int, f: int, s_kv: float, flash: bool, rope_fusion: bool,
     qkv_fused: bool = True, fc1: int | None = None, parts: str = "am",
@@ -347,7 +354,7 @@ def _llama_terms(
     norm, QKV, core and out-proj inputs) and the MLP half ('m'), one each in a hybrid model's layers."""
     sbh, hkv, sbq = s * b * h, g * d, s * b * a * d
     fc1 = 2 * f if fc1 is None else fc1
-    view_penalty = 2 * s * b * (a * d + hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
+    view_penalty = fused_qkv_pin_bytes(s * b, a * d, hkv) if qkv_fused else 0.0  # P: a saved V pins the fused QKV buffer
     terms = []
     if "a" in parts:
         terms += [
@@ -470,7 +477,7 @@ def fp8_attention_relief(model: ModelSpec, sb: float, tp: int, recipe: str, up_p
     else:
         hq, hkv = a * model.head_dim, model.kv_heads * model.head_dim
         elems = sb * (hq + 2 * hkv) / tp
-        pinned = 0.0 if model.qk_norm else 2 * sb * (hq + hkv) / tp  # the per-head norms' inputs keep it pinned
+        pinned = 0.0 if model.qk_norm else fused_qkv_pin_bytes(sb, hq, hkv) / tp  # the per-head norms' inputs keep it pinned
         bf16 = 2 * elems + pinned
     relief = -qb * elems if up_proj_recomputed and model.mla is not None else bf16 - qb * elems
     if recipe in FP8_ATTENTION_SAVES_FP8_OUTPUT:
