@@ -58,7 +58,7 @@ from planner.memory import (
     symbols_on,
     tp_gather_element_bytes,
 )
-from planner.specs import (FP8_ATTENTION_RECIPES, ClusterSpec, Family, Kernels, Layout, ModelSpec, Recompute, TrainingSpec,
+from planner.specs import (FP8_ATTENTION_RECIPES, ClusterSpec, Family, Kernels, Layout, LengthCurve, ModelSpec, Recompute, TrainingSpec,
                            num_microbatches)
 from planner.topology import axis_stride, group_placement, placement
 from planner.torchtitan_engine import CPU_ACCUMULATE_BYTES, CPU_CLIP_BYTES
@@ -272,31 +272,37 @@ FLASH_CURVE_REFERENCE = 8192
 """The calibrated attention efficiencies are at this length (S26's FlashAttention-2 sweep, seq 8192)."""
 
 
-def flash_length_factor(keys: float) -> float:
-    """Speed of a causal flash kernel whose queries see `keys` keys, relative to the calibrated one
-    at FLASH_CURVE_REFERENCE: FLASH_CAUSAL_CURVE, log-interpolated, clamped at its ends.
-    ASSUMPTION: every GPU and flash kernel (FA2/3, cuDNN) follows FlashAttention-2's H100 shape
-    (no other causal length sweep was found); a windowed layer behaves like a causal one of its
-    window's keys."""
-    xs = [math.log(n) for n, _ in FLASH_CAUSAL_CURVE]
-    ys = [v for _, v in FLASH_CAUSAL_CURVE]
-    ref = dict(FLASH_CAUSAL_CURVE)[FLASH_CURVE_REFERENCE]
-    return interp(math.log(max(keys, 1.0)), xs, ys) / ref
+def flash_length_factor(keys: float, curve: LengthCurve | None = None) -> tuple[float, float]:
+    """(forward, backward) speed of a causal flash kernel whose queries see `keys` keys, relative to
+    the calibrated forward at FLASH_CURVE_REFERENCE keys, log-interpolated and clamped at the ends:
+    the cluster's measured curve of its fused kernel (Calibration.attention_length_curve), or without
+    one FLASH_CAUSAL_CURVE for both passes. ASSUMPTION (FLASH_CAUSAL_CURVE): every GPU and flash
+    kernel follows FlashAttention-2's H100 shape, the backward at the forward's speed; a windowed
+    layer behaves like a causal one of its window's keys."""
+    x = math.log(max(keys, 1.0))
+    if curve is None:
+        xs = [math.log(n) for n, _ in FLASH_CAUSAL_CURVE]
+        ref = dict(FLASH_CAUSAL_CURVE)[FLASH_CURVE_REFERENCE]
+        f = interp(x, xs, [v for _, v in FLASH_CAUSAL_CURVE]) / ref
+        return f, f
+    xs = [math.log(n) for n, _, _ in curve]
+    return interp(x, xs, [f for _, f, _ in curve]), interp(x, xs, [b for _, _, b in curve])
 
 
-def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int | None = None) -> float:
+def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int | None = None,
+                       curve: LengthCurve | None = None) -> tuple[float, float]:
     """flash_length_factor over the model's layers, weighted by the work each computes (a harmonic
-    mean, as times add): full causal layers see s / cp queries' worth of keys per CP chunk (the
-    kernel's length), or a document's d where that is shorter, windowed layers min(s, w +
-    FLASH_KEY_TILE - 1, d) (computed_score_share)."""
+    mean, as times add), forward and backward: full causal layers see s / cp queries' worth of keys
+    per CP chunk (the kernel's length), or a document's d where that is shorter, windowed layers
+    min(s, w + FLASH_KEY_TILE - 1, d) (computed_score_share)."""
     d = s if document_tokens is None else min(document_tokens, s)
     full_layers = model.num_layers - model.windowed_layers
-    work = [(full_layers * d / (2 * s), flash_length_factor(min(d, s / cp)))]
+    work = [(full_layers * d / (2 * s), flash_length_factor(min(d, s / cp), curve))]
     if model.windowed_layers:
         keys = min(_window_keys(model, s), d, s / cp)
-        work.append((model.windowed_layers * _windowed_share(model, s, d), flash_length_factor(keys)))
+        work.append((model.windowed_layers * _windowed_share(model, s, d), flash_length_factor(keys, curve)))
     total = sum(w for w, _ in work)
-    return total / sum(w / f for w, f in work)
+    return tuple(total / sum(w / f[i] for w, f in work) for i in (0, 1))
 
 
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool,
@@ -675,7 +681,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     tokens = b * s / cp
     fp8 = gemm_format(training)
     has_attn, has_mlp = symbol in (None, "*"), symbol in (None, "-", "E")
-    speed_f = speed_b = 1.0
+    speed_f = speed_b = bwd_slowdown = 1.0
     attn_cast_f = attn_cast_b = 0.0  # FP8 attention's quantisation of Q, K, V (forward) and dO (backward)
     moe = (moe_time(model, cluster, training, tp, cp, b, ep, etp, dispatcher)
            if model.moe is not None and not dense and symbol in (None, "E") else None)
@@ -690,9 +696,13 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     attn = 0.0
     if has_attn:
         attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash, document_tokens=training.document_tokens)
-        attn_eff = cal.attention_efficiency if training.kernels == "fused" else cal.attention_efficiency_unfused
-        attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * flash_speed_factor(model, s, cp, training.document_tokens)
-                                                     if flash else gemm_efficiency(cluster, attn_flops)))
+        fused = training.kernels == "fused"
+        attn_eff = cal.attention_efficiency if fused else cal.attention_efficiency_unfused
+        if flash:  # the backward's five matmuls at their own measured speed (flash_length_factor)
+            length_f, length_b = flash_speed_factor(model, s, cp, training.document_tokens,
+                                                    cal.attention_length_curve if fused else None)
+            bwd_slowdown = length_f / length_b
+        attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * length_f if flash else gemm_efficiency(cluster, attn_flops)))
         if fp8 and training.fp8_attention:  # TE's FP8 fused attention (not in the BF16 end layers, fp8 None there)
             speed_f, speed_b = fp8_attention_speed(model, cluster, training)
             attn_cast_f, attn_cast_b = (cast_bytes(training) * tokens * n / (gpu.hbm_bandwidth * cal.hbm_efficiency)
@@ -717,7 +727,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if moe is not None:
         gemm += moe.gemm
         elem_t += moe.memory
-    attn_bwd = (FLASH_BWD_FACTOR if flash else 2.0) * attn / speed_b
+    attn_bwd = (FLASH_BWD_FACTOR * bwd_slowdown if flash else 2.0) * attn / speed_b
     attn /= speed_f
     cast_fwd += attn_cast_f  # Q, K, V
     cast_bwd += attn_cast_b  # the output gradient
@@ -768,7 +778,7 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         step = p2p_time(cluster, group.tier, kv_bytes)
         attn_step = attn / cp
         cp_fwd = (cp - 1) * max(0.0, step - attn_step)
-        cp_bwd = (cp - 1) * max(0.0, 2 * step - FLASH_BWD_FACTOR * attn_step)
+        cp_bwd = (cp - 1) * max(0.0, 2 * step - attn_bwd / cp)
     ep_t = moe.ep if moe is not None else 0.0
     # the dispatcher's host sync in every MoE forward: the GPU idles (calibration.moe_host_stall; 0 in the
     # catalog), counted with the dispatch it precedes, so a recomputed forward stalls again

@@ -879,6 +879,10 @@ class HostSpec(_Spec):
         return self
 
 
+LengthCurve = list[tuple[_real(ge=1, le=2**24), _real(gt=0, le=4), _real(gt=0, le=4)]]
+"""(keys per query, forward speed, backward speed) points of an attention kernel (Calibration.attention_length_curve)."""
+
+
 class Calibration(_Spec):
     """Physical efficiency parameters, fitted once per GPU generation (never per run)."""
 
@@ -924,6 +928,14 @@ class Calibration(_Spec):
     dim, forward, backward) points, linear in the head dim between them and clamped at the ends: the
     ratio of the same causal kernel's TFLOP/s in cuDNN's own benchmark. Prices TrainingSpec.fp8_attention
     (planner.cost.fp8_attention_speed); None (or a missing scaling): not measured, FP8 attention is refused."""
+    attention_length_curve: LengthCurve | None = None
+    """The fused attention kernel's speed by the keys each query sees (the kernel's length: the sequence,
+    a CP chunk, a document, or a window's tiles, planner.cost.flash_speed_factor), as (keys, forward,
+    backward) points relative to attention_efficiency, which is its forward at 8,192 keys (that point
+    must read 1); the backward's is its five-matmul TFLOP/s over that same forward speed. Log-interpolated
+    in the keys, clamped at the ends; only the fused stacks (Transformer Engine's kernels) read it. Measured
+    per GPU for the kernel Transformer Engine runs there; None: FlashAttention-2's H100 forward curve
+    (planner.cost.FLASH_CAUSAL_CURVE) for both passes."""
     moe_host_stall: Seconds = 0.0
     """Seconds the GPU idles in every MoE layer's forward (and its recomputed forward) while the host waits
     for the dispatcher's device-to-host copy of the token counts, then launches the rest of the layer:
@@ -939,6 +951,13 @@ class Calibration(_Spec):
         _curve_rule(self.gemm_efficiency, "gemm_efficiency", "efficiency")
         if self.gemm_efficiency_fp8 is not None:
             _curve_rule(self.gemm_efficiency_fp8, "gemm_efficiency_fp8", "efficiency")
+        if self.attention_length_curve is not None:
+            keys = [k for k, _, _ in self.attention_length_curve]
+            if any(b <= a for a, b in zip(keys, keys[1:])):
+                raise ValueError(f"attention_length_curve: the points need strictly increasing keys, got {keys}")
+            if not any(k == 8192 and f == 1 for k, f, _ in self.attention_length_curve):
+                raise ValueError("attention_length_curve: the curve is relative to attention_efficiency, its forward "
+                                 "at 8192 keys, so it needs the point (8192, 1, backward)")
         for kind, points in (self.fp8_attention_speed or {}).items():
             dims = [d for d, _, _ in points]
             if not points or any(b <= a for a, b in zip(dims, dims[1:])):

@@ -535,7 +535,8 @@ def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
     """Llama-3-8B on GB200, MXFP8, seq 4096, one sequence: the core runs 1.203x forward and 0.942x
     backward (cuDNN's head-dim-128 ratios, above); Q (32 heads x 128), K and V (8 heads x 128 each) are
     quantised in the forward and the output gradient (32 x 128) in the backward, 4096 tokens at MXFP8's
-    4 B (read BF16 2, write a row- and a column-wise copy) over 8 TB/s x 0.86."""
+    4 B (read BF16 2, write a row- and a column-wise copy) over 8 TB/s x 0.86. The BF16 backward it
+    divides runs at cuDNN's measured BF16 backward speed (SDPA16)."""
     from planner.cost import FLASH_BWD_FACTOR, _layer_time_of
 
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("gb200-nvl72")
@@ -546,7 +547,8 @@ def test_fp8_attention_divides_the_attention_core_and_adds_its_casts():
     cast = 4 * 4096 * 32 * 128 / (8000e9 * 0.86)  # one 32 x 128-wide tensor
     assert b.attn_fwd == pytest.approx(a.attn_fwd / f, rel=1e-3)
     assert a.fwd - b.fwd == pytest.approx(a.attn_fwd * (1 - 1 / f) - 1.5 * cast, rel=1e-3)  # Q + K + V = 1.5 x Q
-    assert b.bwd - a.bwd == pytest.approx(FLASH_BWD_FACTOR * a.attn_fwd * (1 / bw - 1) + cast, rel=1e-3)
+    slower = 1408 / 1148  # cuDNN's BF16 backward is its own speed: 1148 against the forward's 1408 TFLOP/s at 4096
+    assert b.bwd - a.bwd == pytest.approx(FLASH_BWD_FACTOR * a.attn_fwd * slower * (1 / bw - 1) + cast, rel=2e-3)
     # MLA's 192-wide query-key heads take the dsv3 point, a 160-wide head the mean of the two
     from planner.cost import fp8_attention_speed
     ds = planner.load_model("deepseek-v3")

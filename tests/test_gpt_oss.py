@@ -77,7 +77,30 @@ def test_windows_shorten_the_step_by_the_attention_they_skip():
     """Same model and layout with and without windows: only the attention core changes, by the
     score share (0.5 -> ~0.28 at 4k) and the speed of the windowed layers' short kernels (255 keys:
     FlashAttention-2's causal speed at 512, its shortest, 191 TFLOP/s, against 319 at 4k [FA3 paper
-    Fig. 'head dim 128, H100']), and the step is shorter."""
+    Fig. 'head dim 128, H100']: H100, whose catalog prices that curve), and the step is shorter."""
+    from planner.cost import _layer_time
+
+    win = planner.load_model("gpt-oss-120b")
+    full = _variant(win, sliding_window=None, full_attention_every=None)
+    c = planner.load_cluster("dgx-h100", nodes=8)
+    t = TrainingSpec(global_batch_size=1280, seq_length=4096)
+    lay = Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4)
+    a, b = _layer_time(win, c, t, lay), _layer_time(full, c, t, lay)
+    k = 128 + 128 - 1
+    windowed = (4096 * k - k * k / 2) / 4096**2  # computed share of a windowed layer's score matrix
+    assert a.attn_fwd / b.attn_fwd == pytest.approx((0.5 / 319 + windowed / 191) / (2 * 0.5 / 319), rel=1e-9)
+    assert a.fwd - a.attn_fwd == pytest.approx(b.fwd - b.attn_fwd, rel=1e-9)
+    assert planner.evaluate(win, c, t, lay).step_time_s < planner.evaluate(full, c, t, lay).step_time_s
+
+
+def test_blackwell_windows_run_at_cudnns_measured_window_speed():
+    """On B200 the fused attention is cuDNN's measured kernel (clusters/dgx-b200.yaml, GB200's shares):
+    a full causal layer at s = 4096 runs its forward at 1408 TFLOP/s and its five-matmul backward at
+    1148, while the window-128 kernel (gpt_oss shapes) reaches 161 / 182 at 4096 and 165 / 187 at 8192
+    over the W keys a query sees -- over the 255 keys the model counts (tile convention), 1.961x and
+    1.977x those; their mean. Each rate is a share of GB200's 8192 forward (1574) times B200's own
+    0.630 of peak. Forward and backward times of one layer's attention core follow, the backward over
+    2.5x the forward's FLOPs."""
     from planner.cost import _layer_time
 
     win = planner.load_model("gpt-oss-120b")
@@ -87,10 +110,18 @@ def test_windows_shorten_the_step_by_the_attention_they_skip():
     lay = Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4)
     a, b = _layer_time(win, c, t, lay), _layer_time(full, c, t, lay)
     k = 128 + 128 - 1
-    windowed = (4096 * k - k * k / 2) / 4096**2  # computed share of a windowed layer's score matrix
-    assert a.attn_fwd / b.attn_fwd == pytest.approx((0.5 / 319 + windowed / 191) / (2 * 0.5 / 319), rel=1e-9)
-    assert a.fwd - a.attn_fwd == pytest.approx(b.fwd - b.attn_fwd, rel=1e-9)
-    assert planner.evaluate(win, c, t, lay).step_time_s < planner.evaluate(full, c, t, lay).step_time_s
+    windowed = (4096 * k - k * k / 2) / 4096**2
+    w_fwd = (161 * 1011967.5 / 516160 + 165 * 2056447.5 / 1040448) / 2
+    w_bwd = (182 * 1011967.5 / 516160 + 187 * 2056447.5 / 1040448) / 2
+    # harmonic: half the layers full (0.5 of the matrix at 1408), half windowed (`windowed` at w_fwd)
+    assert a.attn_fwd / b.attn_fwd == pytest.approx((0.5 / 1408 + windowed / w_fwd) / (2 * 0.5 / 1408), rel=2e-3)
+    flops = 2 * 4 * 4096 * 4096 * 64 * (64 + 64) * 0.5  # the full model's causal core, one micro-batch
+    peak = 2250e12 * 1574 / 2500
+    assert b.attn_fwd == pytest.approx(flops / (peak * 1408 / 1574), rel=2e-3)
+    attn_bwd = (b.bwd - 2 * (b.fwd - b.attn_fwd))  # what the backward adds beyond twice the rest
+    assert attn_bwd == pytest.approx(2.5 * flops / (peak * 1148 / 1574), rel=2e-3)
+    win_bwd = a.bwd - 2 * (a.fwd - a.attn_fwd)
+    assert win_bwd / attn_bwd == pytest.approx((0.5 / 1148 + windowed / w_bwd) / (2 * 0.5 / 1148), rel=2e-3)
 
 
 def test_hf_import_of_gpt_oss():
