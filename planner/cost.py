@@ -378,14 +378,18 @@ def gemm_efficiency(cluster: ClusterSpec, flops: float, fp8: bool | str | None =
     eff = interp(math.log(max(flops / 1e9, 1e-6)), *_eff_curve(cluster, bool(fp8)))
     if not fp8:
         return eff
-    return eff * (cal.fp8_gemm_in_training if kernels == "fused" else cal.fp8_gemm_in_training_unfused)
+    if kernels != "fused":
+        return eff * cal.fp8_gemm_in_training_unfused
+    block_scaled = fp8 == "mxfp8" and cal.mxfp8_gemm_in_training is not None
+    return eff * (cal.mxfp8_gemm_in_training if block_scaled else cal.fp8_gemm_in_training)
 
 
 def gemm_format(training: TrainingSpec) -> str | None:
-    """The format the recipe's linear GEMMs run in: None (BF16/FP16), 'fp8' or 'fp4' (NVFP4)."""
+    """The format the recipe's linear GEMMs run in: None (BF16/FP16), 'fp8', 'mxfp8' (FP8 with MXFP8's
+    block scales, at the FP8 peak) or 'fp4' (NVFP4)."""
     if training.fp8 is None:
         return None
-    return "fp4" if training.fp8 == "nvfp4" else "fp8"
+    return {"nvfp4": "fp4", "mxfp8": "mxfp8"}.get(training.fp8, "fp8")
 
 
 def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | None = False,

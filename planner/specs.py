@@ -910,6 +910,10 @@ class Calibration(_Spec):
     """What an FP8 GEMM reaches inside a training step of a fused-kernel stack (Transformer Engine's
     recipes), as a fraction of gemm_efficiency_fp8 (an isolated cuBLASLt sweep): fitted per GPU
     generation on the published FP8 runs, 1.0 where none are published."""
+    mxfp8_gemm_in_training: Fraction | None = None
+    """The same for the MXFP8 recipe's block-scaled kernels (Transformer Engine's MXFP8 quantisation and
+    cuBLAS's block-scaled GEMMs), where they are fitted apart from the per-tensor ones; None:
+    fp8_gemm_in_training."""
     fp8_gemm_in_training_unfused: Fraction = 1.0
     """The same for the eager-kernel stacks (torchao's float8 under torchtitan)."""
     mamba_scan_efficiency: Fraction = 1.0
