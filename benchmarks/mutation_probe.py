@@ -224,7 +224,7 @@ MUTANTS = [
     # flash attention's speed by length; the combined 1F1B's extra layer
     ("planner/cost.py", "flash_length_factor(min(d, s / cp), curve))]",
      "flash_length_factor(min(d, s), curve))]", "flash speed read at the whole sequence under CP"),
-    ("planner/cost.py", "(attn_eff * length_f if flash", "(attn_eff if flash",
+    ("planner/cost.py", "rate * f, rate * b", "rate, rate",
      "flash speed flat in the sequence length"),
     ("planner/cost.py", "f = interp(x, xs, [v for _, v in FLASH_CAUSAL_CURVE]) / ref",
      "f = interp(math.exp(x), [math.exp(v) for v in xs], [v for _, v in FLASH_CAUSAL_CURVE]) / ref",
@@ -235,7 +235,7 @@ MUTANTS = [
     ("planner/cost.py", 'return {"nvfp4": "fp4", "mxfp8": "mxfp8"}.get(training.fp8, "fp8")',
      'return {"nvfp4": "fp4"}.get(training.fp8, "fp8")', "MXFP8 recipes read as per-tensor FP8"),
     # a cluster's measured attention curve (cuDNN on Blackwell): its backward, its use by the fused stacks
-    ("planner/cost.py", "bwd_slowdown = length_f / length_b", "bwd_slowdown = 1.0",
+    ("planner/cost.py", "bwd_slowdown = rate_f / rate_b", "bwd_slowdown = 1.0",
      "measured attention backward at the forward's speed"),
     ("planner/cost.py", "cal.attention_length_curve if fused else None)", "None)",
      "the measured attention curve ignored (FlashAttention-2's H100 shape everywhere)"),

@@ -305,6 +305,20 @@ def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int |
     return tuple(total / sum(w / f[i] for w, f in work) for i in (0, 1))
 
 
+def attention_speed(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, cp: int) -> tuple[float, float]:
+    """(forward, backward) FLOP/s of a flash kernel on this model's attention at the training's length
+    under CP, over the FLOPs it computes (_attention_flops; the backward's five matmuls are 2.5x the
+    forward's): BF16 peak x the kernel family's efficiency (fused stacks: attention_efficiency on the
+    cluster's measured length curve; eager ones: attention_efficiency_unfused on FlashAttention-2's)
+    x the length factors (flash_speed_factor)."""
+    cal = cluster.calibration
+    fused = training.kernels == "fused"
+    rate = cluster.gpu.peak_bf16_flops * (cal.attention_efficiency if fused else cal.attention_efficiency_unfused)
+    f, b = flash_speed_factor(model, training.seq_length, cp, training.document_tokens,
+                              cal.attention_length_curve if fused else None)
+    return rate * f, rate * b
+
+
 def _attention_flops(model: ModelSpec, b: int, s: int, cp: int, tp: int, causal: bool,
                      document_tokens: int | None = None) -> float:
     """Forward FLOPs of QK^T and PV on one GPU: 2 b s_q s_k a (d_qk + d_v) / tp (4 b s s a d when the
@@ -700,13 +714,10 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     attn = 0.0
     if has_attn:
         attn_flops = _attention_flops(model, b, s, cp, tp, causal=flash, document_tokens=training.document_tokens)
-        fused = training.kernels == "fused"
-        attn_eff = cal.attention_efficiency if fused else cal.attention_efficiency_unfused
         if flash:  # the backward's five matmuls at their own measured speed (flash_length_factor)
-            length_f, length_b = flash_speed_factor(model, s, cp, training.document_tokens,
-                                                    cal.attention_length_curve if fused else None)
-            bwd_slowdown = length_f / length_b
-        attn = attn_flops / (gpu.peak_bf16_flops * (attn_eff * length_f if flash else gemm_efficiency(cluster, attn_flops)))
+            rate_f, rate_b = attention_speed(model, cluster, training, cp)
+            bwd_slowdown = rate_f / rate_b
+        attn = attn_flops / (rate_f if flash else gpu.peak_bf16_flops * gemm_efficiency(cluster, attn_flops))
         if fp8 and training.fp8_attention:  # TE's FP8 fused attention (not in the BF16 end layers, fp8 None there)
             speed_f, speed_b = fp8_attention_speed(model, cluster, training)
             attn_cast_f, attn_cast_b = (cast_bytes(training) * tokens * n / (gpu.hbm_bandwidth * cal.hbm_efficiency)

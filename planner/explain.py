@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import (computed_score_share, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
+from planner.cost import (attention_speed, computed_score_share, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
                           output_time, stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
@@ -153,6 +153,16 @@ def _offload_sentence(b) -> str:
             f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, {how}{extra}.")
 
 
+def _attention_speed_clause(model, cluster, training, cp: int) -> str:
+    """Where the attention kernel's speed comes from: the rates the plan prices it at, forward and
+    backward (planner.cost.attention_speed), and the curve they follow."""
+    fwd, bwd = attention_speed(model, cluster, training, cp)
+    measured = training.kernels == "fused" and cluster.calibration.attention_length_curve is not None
+    source = ("the cluster's measured curve of its fused kernel" if measured
+              else "FlashAttention-2's H100 length curve at the cluster's efficiency")
+    return f"; its kernel is priced at {fwd / 1e12:,.0f} / {bwd / 1e12:,.0f} TFLOP/s forward / backward here ({source})"
+
+
 def explain(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *, framework: str | None = "megatron",
             time_limit_s: float = 10.0, sensitivities: bool = True, **constraints: Any) -> list[str]:
     """Sentences explaining the optimum for this problem (or why nothing fits)."""
@@ -232,7 +242,9 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                  f"{core / (model_flops_per_token(model, s) / 3):.0%} of the model FLOPs"
                  + (f", of whose score matrix the kernel computes {computed_score_share(model, s, training.document_tokens):.1%}"
                     f" (masked per document of {training.document_tokens} tokens)" if training.document_tokens else "")
-                 + (f"; context parallelism {lay.cp} splits the sequence." if lay.cp > 1 else "."))
+                 + (f"; context parallelism {lay.cp} splits the sequence" if lay.cp > 1 else "")
+                 + (_attention_speed_clause(model, b.cluster, b.training, lay.cp) if b.training.attention == "flash" else "")
+                 + ".")
     head = b.memory_margin_units * 2**20 / b.memory.capacity
     binding = (f"memory binds: {head:.1%} headroom on stage {b.memory.peak_stage.stage} "
                f"(largest item: {b.memory.peak_stage.dominant.name})") if head < 0.05 else \

@@ -253,3 +253,24 @@ def test_a_copy_with_other_fields_derives_its_own_counts():
     h = 12288
     assert cut.num_params == 70 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
     assert m.num_params == 96 * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
+
+
+@pytest.mark.parametrize("seq", [4096, 8192, 16384])
+def test_attention_is_priced_at_cudnns_measured_rates_and_explain_says_so(seq):
+    """Llama-3-8B (head dim 128, causal) on GB200 runs its attention kernel at cuDNN's own measured
+    TFLOP/s at that length (forward, backward), within the catalog's rounding; on H100 the fused
+    stack's FlashAttention-2 rate (S26: 327.9 TFLOP/s forward at 8K, 33.2 % of 989) for both passes.
+    `explain` quotes the rates and the curve they come from."""
+    from planner.cost import attention_speed
+    from planner.explain import explain
+
+    m = planner.load_model("llama3-8b")
+    t = planner.TrainingSpec(global_batch_size=64, seq_length=seq)
+    fwd, bwd = attention_speed(m, planner.load_cluster("gb200-nvl72"), t, 1)
+    assert (fwd / 1e12, bwd / 1e12) == pytest.approx(CUDNN_CAUSAL["gb200"][seq], rel=2e-3)
+    if seq == 8192:
+        h = attention_speed(m, planner.load_cluster("dgx-h100"), t, 1)
+        assert h == pytest.approx((327.9e12, 327.9e12), rel=2e-3)
+        lines = explain(m, planner.load_cluster("gb200-nvl72", nodes=2), t)
+        assert any("priced at 1,575 / 1,332 TFLOP/s forward / backward here (the cluster's measured curve" in line
+                   for line in lines)
