@@ -91,8 +91,8 @@ def workload_residuals() -> dict[str, tuple[list, list]]:
     BF16/FP16 rows leave their group out of the refit; the FP8 rows are predicted with the BF16
     rows' parameters and the FP8 share (fp8_gemm_in_training) refitted without their group (a
     group with BF16 rows too, torchtitan's, does not see them); the MoE rows with the BF16 rows'
-    parameters refitted without their group and the one share fitted on MoE rows (Blackwell's MXFP8)
-    at its prior in its own group (fidelity.moe_held_out). Memory: the workload's
+    parameters refitted without their group and the two fitted on MoE rows (Blackwell's MXFP8 share, the
+    host's cost per expert GEMM) at their priors in the group they were fitted on (fidelity.moe_held_out). Memory: the workload's
     own published peaks, split by kernel family in table() (no MoE run publishes one)."""
     dense, low = load_runs(), load_runs(low_precision=True)
     return {"dense": (step_residuals(dense), memory_residuals(dense)),

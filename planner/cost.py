@@ -555,6 +555,24 @@ class MoETime:
     """Dispatch and combine: the EP all-to-alls, and the ETP all-gather / reduce-scatter."""
 
 
+def expert_gemm_times(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int,
+                      ep: int, etp: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((GPU seconds, host floor) of FC1, the same of FC2): the forward's routed-expert GEMMs of one MoE layer
+    and micro-batch on the busiest rank, each local expert's GEMM at the efficiency of its own size, and
+    the host's floor under each grouped GEMM: local experts x calibration.grouped_gemm_call, Transformer
+    Engine issuing one cuBLASLt matmul per expert (0 under torchtitan, whose one torch._grouped_mm runs them
+    all). A grouped GEMM takes the larger of the two (moe_time)."""
+    e = model.moe
+    n = b * training.seq_length / (cp * tp)
+    local = e.num_experts // ep
+    per_expert = routed_rows(model, n, etp, training.moe_routing) / local
+    fe, w = e.expert_ffn_hidden_size / etp, e.width(model.hidden_size)
+    call = 0.0 if uses_torchtitan(training) else cluster.calibration.grouped_gemm_call
+    fp8 = gemm_format(training)
+    return tuple((local * _gemm_time(cluster, [f], fp8, training.kernels), local * call)  # type: ignore[return-value]
+                 for f in (2 * per_expert * w * model.fc1_width(fe), 2 * per_expert * fe * w))
+
+
 def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int, ep: int,
              etp: int, dispatcher: str = "alltoall") -> MoETime:
     """The MLP side of one MoE layer and micro-batch (Megatron's all-to-all dispatcher, dropless,
@@ -565,7 +583,8 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     then an all-gather over ETP, so each GPU's grouped GEMMs see R = N top_k etp rows, R / (E / ep)
     per local expert, f_e / etp wide; combine: a reduce-scatter over ETP and the all-to-all back
     [Megatron-LM@d98e8a6 megatron/core/transformer/moe/token_dispatcher.py: MoEAlltoAllTokenDispatcher
-    (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve. Shared
+    (1)-(7)]. Each expert GEMM runs at the efficiency of its own size on the GEMM curve, and each grouped
+    GEMM takes at least the host's time to issue its experts' calls (expert_gemm_times). Shared
     experts are a TP MLP of f_s on the gathered sequence [moe/shared_experts.py: SharedExpertMLP].
     LatentMoE (MoESpec.latent_size, L): the rows from dispatch to combine and the experts' GEMMs are L
     wide, and the two latent projections (h x L, whole on every TP rank) run on the rank's own N tokens
@@ -601,11 +620,10 @@ def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp:
     local = e.num_experts // ep
     routing = training.moe_routing
     rows = routed_rows(model, n, etp, routing)  # the busiest rank's
-    per_expert = rows / local
-    fe, fs = e.expert_ffn_hidden_size / etp, e.shared_expert_ffn_hidden_size
+    fs = e.shared_expert_ffn_hidden_size
     w = e.width(h)  # the routed rows' width: h, or LatentMoE's latent from dispatch to combine
     gemm = _gemm_time(cluster, [2 * n * h * e.num_experts])  # router, BF16
-    gemm += local * _gemm_time(cluster, [2 * per_expert * w * model.fc1_width(fe), 2 * per_expert * fe * w], fp8, training.kernels)
+    gemm += sum(max(pair) for pair in expert_gemm_times(model, cluster, training, tp, cp, b, ep, etp))
     if e.latent_size:  # fc1_latent_proj before dispatch, fc2_latent_proj after combine, on the rank's own tokens
         gemm += _gemm_time(cluster, [2 * n * h * e.latent_size, 2 * n * e.latent_size * h], fp8, training.kernels)
     if fs:  # their sequence-parallel gather / scatter is the dense MLP's pair (_layer_time_of)

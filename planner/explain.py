@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import (attention_speed, computed_score_share, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
+from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
                           output_time, stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
@@ -99,6 +99,15 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
            f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}){calibrated}; "
            f"{_routing_phrase(training)}."]
+    (gpu1, floor), (gpu2, _) = expert_gemm_times(model, cluster, b.training, lay.tp, lay.cp, lay.micro_batch_size,
+                                                  lay.ep, lay.expert_tp)
+    if floor > min(gpu1, gpu2):  # planner.cost.expert_gemm_times: the host issues one GEMM per local expert
+        local = e.num_experts // lay.ep
+        out.append(f"The expert GEMMs wait on the host: Transformer Engine issues one cuBLASLt call per local expert, "
+                   f"{local} x {cluster.calibration.grouped_gemm_call * 1e6:.0f} us = {floor * 1e3:.2f} ms for each "
+                   f"grouped GEMM against {gpu1 * 1e3:.2f} ms (FC1) and {gpu2 * 1e3:.2f} ms (FC2) of GPU work a micro-batch; "
+                   "fewer experts a GPU (a larger EP) or more rows an expert (a larger micro-batch) bring it closer "
+                   "to the GPU's pace, and runs that capture the experts in CUDA graphs do not pay it.")
     if (group.tier == "scaleout" and lay.moe_dispatcher == "alltoall" and lay.expert_tp == 1
             and not training.moe_pad_to_capacity):  # DeepEP does not pad (space._expert_problems)
         a2a = alltoall_time(cluster, group, per_gpu)

@@ -940,6 +940,14 @@ class Calibration(_Spec):
     in the keys, clamped at the ends; only the fused stacks (Transformer Engine's kernels) read it. Measured
     per GPU for the kernel Transformer Engine runs there; None: FlashAttention-2's H100 forward curve
     (planner.cost.FLASH_CAUSAL_CURVE) for both passes."""
+    grouped_gemm_call: Seconds = 0.0
+    """Host seconds per expert GEMM of a Transformer Engine grouped linear (an MoE layer's FC1 or FC2 over its
+    local experts): TE issues one cuBLASLt matmul per expert, each with its own descriptors and heuristic query,
+    from the host in turn [TransformerEngine common/gemm/cublaslt_gemm.cu: nvte_multi_tensor_gemm ->
+    multi_stream_cublas_gemm -> cublas_gemm, v2.8 ... v2.18; a single grouped kernel only on Hopper with
+    NVTE_USE_CUTLASS_GROUPED_GEMM for BF16], after the dispatcher's host sync has drained the GPU's queue, so a
+    grouped GEMM takes at least local experts x this (planner.cost.moe_time). Runs that capture the experts in
+    a CUDA graph do not pay it; the planner's launches do not capture them."""
     moe_host_stall: Seconds = 0.0
     """Seconds the GPU idles in every MoE layer's forward (and its recomputed forward) while the host waits
     for the dispatcher's device-to-host copy of the token counts, then launches the rest of the layer:

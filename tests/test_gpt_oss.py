@@ -73,19 +73,25 @@ def test_a_window_wider_than_the_sequence_is_plain_causal():
     assert computed_score_share(m, 4096) == 0.5
 
 
+def _windowed_pair(cluster: str):
+    """GPT-OSS-120B with and without its windows on 64 GPUs of `cluster` (tp 1, ep 64, 4 x 4,096 tokens):
+    (windowed model, full model, cluster, training, layout, windowed layer time, full layer time)."""
+    from planner.cost import _layer_time
+
+    win = planner.load_model("gpt-oss-120b")
+    full = _variant(win, sliding_window=None, full_attention_every=None)
+    c = planner.load_cluster(cluster, nodes=8)
+    t = TrainingSpec(global_batch_size=1280, seq_length=4096)
+    lay = Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4)
+    return win, full, c, t, lay, _layer_time(win, c, t, lay), _layer_time(full, c, t, lay)
+
+
 def test_windows_shorten_the_step_by_the_attention_they_skip():
     """Same model and layout with and without windows: only the attention core changes, by the
     score share (0.5 -> ~0.28 at 4k) and the speed of the windowed layers' short kernels (255 keys:
     FlashAttention-2's causal speed at 512, its shortest, 191 TFLOP/s, against 319 at 4k [FA3 paper
     Fig. 'head dim 128, H100']: H100, whose catalog prices that curve), and the step is shorter."""
-    from planner.cost import _layer_time
-
-    win = planner.load_model("gpt-oss-120b")
-    full = _variant(win, sliding_window=None, full_attention_every=None)
-    c = planner.load_cluster("dgx-h100", nodes=8)
-    t = TrainingSpec(global_batch_size=1280, seq_length=4096)
-    lay = Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4)
-    a, b = _layer_time(win, c, t, lay), _layer_time(full, c, t, lay)
+    win, full, c, t, lay, a, b = _windowed_pair("dgx-h100")
     k = 128 + 128 - 1
     windowed = (4096 * k - k * k / 2) / 4096**2  # computed share of a windowed layer's score matrix
     assert a.attn_fwd / b.attn_fwd == pytest.approx((0.5 / 319 + windowed / 191) / (2 * 0.5 / 319), rel=1e-9)
@@ -101,14 +107,7 @@ def test_blackwell_windows_run_at_cudnns_measured_window_speed():
     1.977x those; their mean. Each rate is a share of GB200's 8192 forward (1574) times B200's own
     0.630 of peak. Forward and backward times of one layer's attention core follow, the backward over
     2.5x the forward's FLOPs."""
-    from planner.cost import _layer_time
-
-    win = planner.load_model("gpt-oss-120b")
-    full = _variant(win, sliding_window=None, full_attention_every=None)
-    c = planner.load_cluster("dgx-b200", nodes=8)
-    t = TrainingSpec(global_batch_size=1280, seq_length=4096)
-    lay = Layout(tp=1, pp=1, dp=64, ep=64, zero_stage=1, micro_batch_size=4)
-    a, b = _layer_time(win, c, t, lay), _layer_time(full, c, t, lay)
+    *_, a, b = _windowed_pair("dgx-b200")
     k = 128 + 128 - 1
     windowed = (4096 * k - k * k / 2) / 4096**2
     w_fwd = (161 * 1011967.5 / 516160 + 165 * 2056447.5 / 1040448) / 2

@@ -271,7 +271,7 @@ def test_moe_flops_by_hand():
     assert model_flops_per_token(m, s) == 3 * (48 * per_layer + 2 * h * V)
     # one GPU of ep 8 (tp 1): router 2 N h E and the routed GEMMs 2 N k 3 h f_e, N = 4096, on a flat curve
     c = planner.load_cluster("dgx-h100")
-    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)], "grouped_gemm_call": 0.0})
     c = c.model_copy(update={"calibration": flat})
     t = TrainingSpec(global_batch_size=64, seq_length=s)
     got = moe_time(m, c, t, tp=1, cp=1, b=1, ep=8, etp=1).gemm
@@ -462,7 +462,7 @@ def test_load_imbalance_scales_the_busiest_rank():
 
     m = planner.load_model("qwen3-30b-a3b")
     c = planner.load_cluster("dgx-h100", nodes=2)
-    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)], "grouped_gemm_call": 0.0})
     c = c.model_copy(update={"calibration": flat})
     h, E, k, fe, n = 2048, 128, 8, 768, 4096
     t = TrainingSpec(global_batch_size=64, seq_length=4096, moe_imbalance=1.5)
@@ -499,7 +499,7 @@ def test_capacity_factor_caps_and_padding_fixes_the_routed_rows():
     assert routed_rows(m, n, 1, MoERouting(capacity_factor=1.0)) == 32_768  # balanced: nothing to drop
     assert moe_routed_bytes(m, n, 1, routing=MoERouting(capacity_factor=1.1, pad=True)) == 318_373_888
     c = planner.load_cluster("dgx-h100", nodes=2)
-    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)]})
+    flat = c.calibration.model_copy(update={"gemm_efficiency": [(1e-3, 1.0), (1e9, 1.0)], "grouped_gemm_call": 0.0})
     c = c.model_copy(update={"calibration": flat})
     t = TrainingSpec(global_batch_size=64, seq_length=4096, moe_capacity_factor=1.1, moe_pad_to_capacity=True)
     got = moe_time(m, c, t, tp=1, cp=1, b=1, ep=16, etp=1)
@@ -1046,3 +1046,52 @@ def test_allgather_dispatcher_gathers_every_token_over_etp_x_ep():
     assert qwen.best.layout.moe_dispatcher == "allgather" and "ep2 allgather" in qwen.best.layout.short()
     with pytest.raises(planner.PlannerError, match="ep_overlap runs with the alltoall or deepep dispatcher"):
         planner.evaluate(m, c, tr, Layout(dp=8, ep=8, moe_dispatcher="allgather", ep_overlap=True))
+
+
+def test_an_expert_gemm_waits_for_the_host_to_issue_it():
+    """Transformer Engine's grouped linear issues one cuBLASLt matmul per local expert from the host
+    (nvte_multi_tensor_gemm), 60 us each in the catalog, so FC1 and FC2 each take at least local x 60 us.
+    Qwen3-30B-A3B on 8 GB200 (EP 8: 16 local experts), MXFP8, 4 x 4,096 tokens: each expert gets
+    16,384 x 8 / 16 = 8,192 rows; FC1 8,192 x 2,048 x 1,536 x 2 = 51.5 GFLOP runs at GB200's FP8 curve
+    between 17.2 GFLOP (0.45) and 137 (0.57), log-interpolated, times MXFP8's 0.76 of 5 PFLOP/s: ~29 us,
+    FC2 (25.8 GFLOP, 0.416 x 0.76) ~16 us; both under 60 us, so the forward's routed GEMMs take
+    2 x 16 x 60 us = 1.92 ms beside the router's BF16 GEMM. With the experts' GEMMs longer than the call
+    (Mixtral-8x7B: 8 experts, EP 8, one each, 16,384 tokens x top 2 = 32,768 rows) the floor does not bind,
+    and torchtitan's one torch._grouped_mm per projection never pays it."""
+    import math
+
+    from planner.cost import _gemm_time, moe_time
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("gb200-nvl72", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=4096, fp8="mxfp8")
+    router = _gemm_time(c, [2 * 16384 * 2048 * 128])
+    fc1, fc2 = 2 * 8192 * 2048 * 1536, 2 * 8192 * 768 * 2048
+    eff = [0.45 + 0.12 * math.log(f / 17.2e9) / math.log(137 / 17.2) for f in (fc1, fc2)]
+    gpu = [f / (5000e12 * e * 0.76) for f, e in zip((fc1, fc2), eff)]
+    assert max(gpu) < 60e-6
+    got = moe_time(m, c, t, tp=1, cp=1, b=4, ep=8, etp=1, dispatcher="deepep").gemm
+    assert got == pytest.approx(router + 2 * 16 * 60e-6, rel=1e-6)
+    none = c.model_copy(update={"calibration": c.calibration.model_copy(update={"grouped_gemm_call": 0.0})})
+    assert moe_time(m, none, t, tp=1, cp=1, b=4, ep=8, etp=1, dispatcher="deepep").gemm == pytest.approx(
+        router + 16 * sum(gpu), rel=2e-3)
+    tt = t.model_copy(update={"fp8": None, "optimizer_impl": "fsdp2"})
+    floorless = moe_time(m, none, tt, tp=1, cp=1, b=4, ep=8, etp=1).gemm
+    assert moe_time(m, c, tt, tp=1, cp=1, b=4, ep=8, etp=1).gemm == pytest.approx(floorless, rel=1e-9)
+    mixtral = planner.load_model("mixtral-8x7b")  # one expert a GPU at EP 8, 32,768 rows: milliseconds a GEMM
+    bf16 = t.model_copy(update={"fp8": None})
+    assert moe_time(mixtral, c, bf16, tp=1, cp=1, b=4, ep=8, etp=1).gemm == pytest.approx(
+        moe_time(mixtral, none, bf16, tp=1, cp=1, b=4, ep=8, etp=1).gemm, rel=1e-12)
+
+
+def test_explain_names_the_hosts_floor_where_it_binds():
+    """Qwen3-30B-A3B on 16 GB200 at EP 8 (16 experts a GPU): each grouped GEMM is 16 calls x 60 us, more than
+    the GPU needs for FC2, so explain says the expert GEMMs wait on the host; Mixtral's one large expert a GPU
+    does not."""
+    from planner.explain import explain
+
+    c = planner.load_cluster("gb200-nvl72", nodes=4)
+    lines = explain(planner.load_model("qwen3-30b-a3b"), c,
+                    TrainingSpec(global_batch_size=256, seq_length=4096, fp8="mxfp8"), ep=8)
+    assert any("wait on the host" in line and "16 x 60 us = 0.96 ms" in line for line in lines)
+    lines = explain(planner.load_model("mixtral-8x7b"), c, TrainingSpec(global_batch_size=256, seq_length=4096), ep=8)
+    assert not any("wait on the host" in line for line in lines)
