@@ -231,9 +231,7 @@ MUTANTS = [
      "f = interp(math.exp(x), [math.exp(v) for v in xs], [v for _, v in FLASH_CAUSAL_CURVE]) / ref",
      "flash curve interpolated linearly"),
     # the host's floor under a grouped linear's expert GEMMs
-    ("planner/cost.py", "return tuple((local * _gemm_time(cluster, [f], fp8, training.kernels), local * call)",
-     "return tuple((local * _gemm_time(cluster, [f], fp8, training.kernels), call)",
-     "host floor: one call per grouped GEMM, not one per expert"),
+    ("planner/cost.py", "floor = local * call", "floor = call", "host floor: one call per grouped GEMM, not one per expert"),
     ("planner/cost.py", "call = 0.0 if uses_torchtitan(training) else cluster.calibration.grouped_gemm_call",
      "call = cluster.calibration.grouped_gemm_call", "torchtitan's single grouped_mm pays TE's per-expert calls"),
     ("planner/cost.py", "gemm += sum(max(pair) for pair in expert_gemm_times(",

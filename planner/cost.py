@@ -568,9 +568,11 @@ def expert_gemm_times(model: ModelSpec, cluster: ClusterSpec, training: Training
     per_expert = routed_rows(model, n, etp, training.moe_routing) / local
     fe, w = e.expert_ffn_hidden_size / etp, e.width(model.hidden_size)
     call = 0.0 if uses_torchtitan(training) else cluster.calibration.grouped_gemm_call
-    fp8 = gemm_format(training)
-    return tuple((local * _gemm_time(cluster, [f], fp8, training.kernels), local * call)  # type: ignore[return-value]
-                 for f in (2 * per_expert * w * model.fc1_width(fe), 2 * per_expert * fe * w))
+    floor = local * call
+    fp8, kernels = gemm_format(training), training.kernels
+    fc1, fc2 = 2 * per_expert * w * model.fc1_width(fe), 2 * per_expert * fe * w
+    return ((local * _gemm_time(cluster, [fc1], fp8, kernels), floor),
+            (local * _gemm_time(cluster, [fc2], fp8, kernels), floor))
 
 
 def moe_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, b: int, ep: int,

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
-from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed, loss_traffic_bytes, model_flops_per_token, mtp_time,
-                          output_time, stage_coefficients, stage_dp_time, stage_offload_time)
+from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed,
+                          loss_traffic_bytes, model_flops_per_token, mtp_time, output_time, stage_coefficients,
+                          stage_dp_time, stage_offload_time)
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
                             static_memory, weight_and_adam_bytes)
