@@ -588,7 +588,9 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
                                                "name": f"{cluster.name}-calibrated"})
     notes = [f"{r.label}: captured CUDA graphs (cuda_graph_impl {r.cuda_graphs}), which the planner's Megatron "
-             "launches do not; its MoE host stall (moe_stall) is not the one they pay, so plan from runs without them"
+             "launches do not; its MoE host stall (moe_stall) is not the one they pay, nor, where the graphs hold the "
+             "experts, the host's floor under their grouped GEMMs (calibration.grouped_gemm_call), so plan from runs "
+             "without them"
              for r in runs if r.cuda_graphs and r.model.moe is not None]
     for p in parameters:
         if not p.moved(factors[p.name]):
