@@ -11,7 +11,8 @@ MoE: their errors differ, so an MoE or FP8 job must not carry the dense rows' sp
 keyed by (GPU arch, kernel family) where a key has residuals from MIN_GROUPS source groups, else
 the workload's rows pooled. FP8 rows are priced with the BF16 rows' parameters and the FP8 GEMM
 share refitted without their source group; MoE rows with the BF16 rows' parameters refitted
-without their source group (nothing is fitted on them). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
+without their source group, and the two parameters fitted on them at their priors in the group they were
+fitted on (fidelity.moe_held_out). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
 per group, so these are in-sample for the overhead only).
 
 Prints the table and two coverages of the 80 % and 95 % intervals: built from the other half of
