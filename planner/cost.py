@@ -58,7 +58,7 @@ from planner.memory import (
     symbols_on,
     tp_gather_element_bytes,
 )
-from planner.specs import (FP8_ATTENTION_RECIPES, ClusterSpec, Family, Kernels, Layout, LengthCurve, ModelSpec, Recompute, TrainingSpec,
+from planner.specs import (ATTENTION_REFERENCE_KEYS, FP8_ATTENTION_RECIPES, ClusterSpec, Family, Kernels, Layout, LengthCurve, ModelSpec, Recompute, TrainingSpec,
                            num_microbatches)
 from planner.topology import axis_stride, group_placement, placement
 from planner.torchtitan_engine import CPU_ACCUMULATE_BYTES, CPU_CLIP_BYTES
@@ -268,13 +268,11 @@ FLASH_CAUSAL_CURVE = ((512, 191.0), (1024, 260.0), (2048, 298.0), (4096, 319.0),
 H100 SXM5 [Shah et al. 2024, FlashAttention-3, arXiv 2407.08608, Fig. 'Attention forward speed,
 head dim 128 (H100 80GB SXM5)', causal]. Short sequences run far below the plateau: fewer tiles
 per head, and the diagonal tiles (computed whole, half masked) weigh more."""
-FLASH_CURVE_REFERENCE = 8192
-"""The calibrated attention efficiencies are at this length (S26's FlashAttention-2 sweep, seq 8192)."""
 
 
 def flash_length_factor(keys: float, curve: LengthCurve | None = None) -> tuple[float, float]:
     """(forward, backward) speed of a causal flash kernel whose queries see `keys` keys, relative to
-    the calibrated forward at FLASH_CURVE_REFERENCE keys, log-interpolated and clamped at the ends:
+    the calibrated forward at ATTENTION_REFERENCE_KEYS, log-interpolated and clamped at the ends:
     the cluster's measured curve of its fused kernel (Calibration.attention_length_curve), or without
     one FLASH_CAUSAL_CURVE for both passes. ASSUMPTION (FLASH_CAUSAL_CURVE): every GPU and flash
     kernel follows FlashAttention-2's H100 shape, the backward at the forward's speed; a windowed
@@ -282,11 +280,16 @@ def flash_length_factor(keys: float, curve: LengthCurve | None = None) -> tuple[
     x = math.log(max(keys, 1.0))
     if curve is None:
         xs = [math.log(n) for n, _ in FLASH_CAUSAL_CURVE]
-        ref = dict(FLASH_CAUSAL_CURVE)[FLASH_CURVE_REFERENCE]
+        ref = dict(FLASH_CAUSAL_CURVE)[ATTENTION_REFERENCE_KEYS]
         f = interp(x, xs, [v for _, v in FLASH_CAUSAL_CURVE]) / ref
         return f, f
-    xs = [math.log(n) for n, _, _ in curve]
-    return interp(x, xs, [f for _, f, _ in curve]), interp(x, xs, [b for _, _, b in curve])
+    return _interp_pair(x, [(math.log(n), f, b) for n, f, b in curve])
+
+
+def _interp_pair(x: float, points) -> tuple[float, float]:
+    """(forward, backward) read off (x, forward, backward) points at x, linear between them, clamped."""
+    xs = [p[0] for p in points]
+    return interp(x, xs, [p[1] for p in points]), interp(x, xs, [p[2] for p in points])
 
 
 def flash_speed_factor(model: ModelSpec, s: int, cp: int, document_tokens: int | None = None,
@@ -689,9 +692,7 @@ def fp8_attention_speed(model: ModelSpec, cluster: ClusterSpec, training: Traini
     if not points:
         raise PlannerError(f"training.fp8_attention: cluster '{cluster.name}' has no measured {kind} FP8 attention "
                            "speed (calibration.fp8_attention_speed); add it to price FP8 attention")
-    dims = [float(d) for d, _, _ in points]
-    d = float(model.core_head_dims[0])
-    return interp(d, dims, [f for _, f, _ in points]), interp(d, dims, [b for _, _, b in points])
+    return _interp_pair(float(model.core_head_dims[0]), [(float(d), f, b) for d, f, b in points])
 
 
 def fp8_attention_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:

@@ -38,6 +38,7 @@ __all__ = [
     "Calibration",
     "ClusterSpec",
     "TrainingSpec",
+    "ATTENTION_REFERENCE_KEYS",
     "FP8_ATTENTION_RECIPES",
     "Layout",
     "Kernels",
@@ -104,6 +105,12 @@ def _curve_rule(points: list, what: str, value_rule: str) -> None:
             raise ValueError(f"{what}: sizes must increase strictly ({x1:g} then {x2:g})")
         if y2 < y1:
             raise ValueError(f"{what}: {value_rule} must not fall as size grows ({y1:g} then {y2:g})")
+
+
+def _increasing_rule(xs: list, what: str) -> None:
+    """Points read by interpolation: their first column strictly increasing (interp needs it ascending)."""
+    if not xs or any(b <= a for a, b in zip(xs, xs[1:])):
+        raise ValueError(f"{what}, got {xs}")
 
 
 def _field_and_rule(err: ValidationError) -> tuple[str, str]:
@@ -879,6 +886,9 @@ class HostSpec(_Spec):
         return self
 
 
+ATTENTION_REFERENCE_KEYS = 8192
+"""The kernel length at which a cluster's attention efficiencies are stated (S26's FlashAttention-2 sweep,
+cuDNN's at seq 8192): the 1 of Calibration.attention_length_curve and of planner.cost.FLASH_CAUSAL_CURVE."""
 LengthCurve = list[tuple[_real(ge=1, le=2**24), _real(gt=0, le=4), _real(gt=0, le=4)]]
 """(keys per query, forward speed, backward speed) points of an attention kernel (Calibration.attention_length_curve)."""
 
@@ -964,16 +974,15 @@ class Calibration(_Spec):
         if self.gemm_efficiency_fp8 is not None:
             _curve_rule(self.gemm_efficiency_fp8, "gemm_efficiency_fp8", "efficiency")
         if self.attention_length_curve is not None:
-            keys = [k for k, _, _ in self.attention_length_curve]
-            if any(b <= a for a, b in zip(keys, keys[1:])):
-                raise ValueError(f"attention_length_curve: the points need strictly increasing keys, got {keys}")
-            if not any(k == 8192 and f == 1 for k, f, _ in self.attention_length_curve):
-                raise ValueError("attention_length_curve: the curve is relative to attention_efficiency, its forward "
-                                 "at 8192 keys, so it needs the point (8192, 1, backward)")
+            _increasing_rule([k for k, _, _ in self.attention_length_curve],
+                             "attention_length_curve: the points need strictly increasing keys")
+            if not any(k == ATTENTION_REFERENCE_KEYS and f == 1 for k, f, _ in self.attention_length_curve):
+                raise ValueError(f"attention_length_curve: the curve is relative to attention_efficiency, its forward "
+                                 f"at {ATTENTION_REFERENCE_KEYS} keys, so it needs the point ({ATTENTION_REFERENCE_KEYS}, "
+                                 "1, backward)")
         for kind, points in (self.fp8_attention_speed or {}).items():
-            dims = [d for d, _, _ in points]
-            if not points or any(b <= a for a, b in zip(dims, dims[1:])):
-                raise ValueError(f"fp8_attention_speed: the {kind} points need strictly increasing head dims, got {dims}")
+            _increasing_rule([d for d, _, _ in points], f"fp8_attention_speed: the {kind} points need strictly "
+                             "increasing head dims")
         return self
 
 
