@@ -54,8 +54,8 @@ PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {
     ('dense', None, None): PredictionError(step_time_bias=-0.0127, step_time_sigma=0.1360, ranking_sigma=0.1290, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs and kernels), each predicted out of its source group"),
     ('low-precision', None, 'unfused'): PredictionError(step_time_bias=-0.0583, step_time_sigma=0.1775, ranking_sigma=0.0583, memory_bias=0.0387, memory_sigma=0.0500, basis="20 published FP8 runs (4 source groups; all GPUs, memory from unfused-kernel peaks), each predicted out of its source group"),
     ('low-precision', None, None): PredictionError(step_time_bias=-0.0583, step_time_sigma=0.1775, ranking_sigma=0.0583, memory_bias=0.0000, memory_sigma=0.0500, basis="20 published FP8 runs (4 source groups; all GPUs and kernels), each predicted out of its source group"),
-    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.1828, step_time_sigma=0.2665, ranking_sigma=0.2276, memory_bias=0.0000, memory_sigma=0.0500, basis="78 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
-    ('moe', None, None): PredictionError(step_time_bias=0.1828, step_time_sigma=0.2630, ranking_sigma=0.2282, memory_bias=0.0000, memory_sigma=0.0500, basis="94 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
+    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.1828, step_time_sigma=0.2398, ranking_sigma=0.2269, memory_bias=0.0000, memory_sigma=0.0500, basis="78 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
+    ('moe', None, None): PredictionError(step_time_bias=0.1828, step_time_sigma=0.2394, ranking_sigma=0.2299, memory_bias=0.0000, memory_sigma=0.0500, basis="94 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
 }
 POOLED = PUBLISHED[("dense", None, None)]
 

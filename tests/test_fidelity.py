@@ -114,17 +114,16 @@ def out_of_sample():
     return intervals.workload_residuals()
 
 
-@pytest.mark.parametrize("workload,low", [("dense", 0.75), ("moe", 0.70)])
-def test_80_percent_intervals_cover_75_to_85_percent_out_of_sample(out_of_sample, workload, low):
+@pytest.mark.parametrize("workload", ["dense", "moe"])
+def test_80_percent_intervals_cover_75_to_85_percent_out_of_sample(out_of_sample, workload):
     """Built from one half of a workload's residuals, the 80 % interval covers 75-85 % of the other
-    half (dense 165 rows; the 20 FP8 rows are too few to pin a coverage to +-5 points). MoE (94 rows):
-    71 %, and the band's floor is 70 % -- its residuals sit in two clusters (the Blackwell rows the model
-    prices within ~8 %, and GPT-OSS, the Nemotron-3 hybrids and B200 at +20...+150 %), which one
-    log-normal spread covers less well; README says so beside the table."""
+    half (dense 165 rows, MoE 94; the 20 FP8 rows are too few to pin a coverage to +-5 points). MoE
+    covered 71 % while its held-out rows priced the host's floor at 0 (benchmarks/fidelity.py:
+    MOE_PRIORS); at its microbenchmark, 78 %."""
     import intervals
 
     step, _ = out_of_sample[workload]
-    assert low <= intervals.coverage_rows(step, intervals.Z80) <= 0.85
+    assert 0.75 <= intervals.coverage_rows(step, intervals.Z80) <= 0.85
 
 
 def test_shipped_interval_table_is_current(out_of_sample):
@@ -163,7 +162,7 @@ def test_moe_and_fp8_jobs_carry_their_own_published_error(out_of_sample):
     assert "MoE" in e.basis and e.step_time_bias == pytest.approx(bias(out_of_sample["moe"][0]), abs=2e-4)
     dense_e = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1),
                                TrainingSpec(global_batch_size=8, seq_length=4096), planner.Layout(dp=8)).error_model
-    assert e.step_time_sigma > 1.8 * dense_e.step_time_sigma  # the MoE rows spread nearly twice as wide
+    assert e.step_time_sigma > 1.5 * dense_e.step_time_sigma  # the MoE rows spread wider (1.76x at the last refit)
     lo, hi = moe.step_time_interval(0.8).lo, moe.step_time_interval(0.8).hi
     assert hi / lo == pytest.approx(math.exp(2 * 1.2815515655446004 * e.step_time_sigma), rel=1e-9)
     fp8 = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1),
