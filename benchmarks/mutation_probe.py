@@ -533,9 +533,25 @@ MUTANTS = [
     ("planner/memory.py", 'if fp8_attention and flash and "a" in parts and not core:', 'if fp8_attention and flash and "a" in parts:',
      "FP8 attention memory: relieved under core recompute"),
     ("planner/memory.py", 'over["fp8_attention"] = None', "pass", "FP8 attention memory: BF16 end layers saving FP8"),
+    # NeMo 1.x's distributed_fused_adam (planner.apex_engine)
+    ("planner/apex_engine.py", "STATE_BYTES_REMAINDERS = 2 + 4 + 4", "STATE_BYTES_REMAINDERS = 4 + 4 + 4",
+     "apex: the FP32 master kept whole, not its remainders"),
+    ("planner/apex_engine.py", "return buffer * (1 + 1 / (layout.dp * layout.cp))", "return buffer",
+     "apex: the reduced shard beside the buffer dropped"),
+    ("planner/apex_engine.py", "buffer = per * (params - fp32) + FP32_SYNC_BYTES * fp32", "buffer = per * params",
+     "apex: the embeddings' gradients in the sync dtype"),
+    ("planner/apex_engine.py", 'return BUCKET_CAP_BYTES // (2 if training.grad_dtype == "bf16" else 4)',
+     "return BUCKET_CAP_BYTES // 2", "apex: buckets counted in BF16 elements"),
+    ("planner/apex_engine.py", 'whole = training.precision == "fp16" or training.fp8_param_gather', "whole = False",
+     "apex: FP8 parameters keep only the remainders"),
+    ("planner/memory.py", "return PARAM_BYTES, apex_engine.state_bytes(training)", "return PARAM_BYTES, adam_bytes(training)",
+     "apex: its shard priced as Megatron's 12 B"),
+    ("planner/space.py", "if training is not None and apex_engine.uses_apex(training):  # DistributedFusedAdam: ZeRO-1",
+     "if False:", "apex: searched at every ZeRO stage"),
+    ("planner/apex_engine.py", 'LIMITS = {"uneven_stages": False}', "LIMITS = {}", "apex: uneven splits NeMo 1.x cannot run"),
 ]
 
-CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
+CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])
     ("llama3-8b", "dgx-h100", 1, 64, 4096, "megatron"),
     ("llama3-70b", "dgx-h100", 8, 512, 8192, "megatron"),
     ("gpt3-175b", "dgx-a100-80g", 16, 1536, 2048, "megatron"),
@@ -552,6 +568,7 @@ CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints])
     ("qwen3-30b-a3b", "dgx-h100", 2, 64, 4096, "torchtitan"),
     ("nemotron-3-nano-30b-a3b", "dgx-h100", 2, 256, 8192, "megatron"),
     ("nemotron-3-super-120b-a12b", "gb200-nvl72", 16, 512, 8192, "megatron"),
+    ("llama3-8b", "dgx-h100", 1, 64, 4096, "any", {}, {"optimizer_impl": "apex"}),  # NeMo 1.x's optimizer
 ]
 
 RECOMMEND = """
@@ -559,8 +576,8 @@ import json, planner
 out = []
 for m, c, n, g, s, f, *kw in {cases}:
     r = planner.plan(planner.load_model(m), planner.load_cluster(c, nodes=n),
-                     planner.TrainingSpec(global_batch_size=g, seq_length=s), top_k=1, structural=False,
-                     time_limit_s=60, framework=f, **(kw[0] if kw else {{}}))
+                     planner.TrainingSpec(global_batch_size=g, seq_length=s, **(kw[1] if len(kw) > 1 else {{}})),
+                     top_k=1, structural=False, time_limit_s=60, framework=f, **(kw[0] if kw else {{}}))
     out.append(r.best.layout.short() if r.best else r.status)
 print(json.dumps(out))
 """
@@ -577,7 +594,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", default="tests/test_cost.py tests/test_memory.py tests/test_moe.py tests/test_gpt_oss.py "
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
                                        "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
-                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py tests/test_calibrate.py")
+                                       "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py tests/test_calibrate.py "
+                                       "tests/test_apex.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()

@@ -107,8 +107,8 @@ def _grad_dtype(row: dict) -> str:
     where the recipe says BF16: NeMo 24.07's FP8 performance runs sync gradients in BF16 through
     Apex's DistributedFusedAdam [NVIDIA/NeMo-Framework-Launcher@95c77b5 examples/training/*/h100/
     *_fp8.sh: +training.model.optim.grad_sync_dtype=bf16; launcher_scripts/conf/training/*: optim
-    distributed_fused_adam, contiguous_grad_buffer] (its BF16 buffer is priced as Megatron's; the
-    2/dp B/param reduced shard it keeps beside it is not itemised), and Megatron-LM's Llama FP8
+    distributed_fused_adam, contiguous_grad_buffer] (planner.apex_engine: its buffer, FP32 for the embeddings
+    and the output layer, and the reduced shard beside it), and Megatron-LM's Llama FP8
     examples pass --grad-reduce-in-bf16 (8B script) or follow NeMo 2's performance scripts, which set
     grad_reduce_in_fp32 = False for FP8 [NVIDIA/NeMo scripts/performance]. DeepSpeed accumulates in the
     model dtype unless the row says FP32 accumulation or its BF16_Optimizer [deepspeed 0.19.8
@@ -147,13 +147,19 @@ def _declares_deepspeed(sharding: str) -> bool:
     return "deepspeed" in sharding.lower()
 
 
-def _optimizer_impl(sharding: str, zero: int) -> str | None:
+def _optimizer_impl(row: dict, zero: int) -> str | None:
     """The optimizer engine of the row's declared data-parallel implementation: 'fsdp2' for FSDP2,
-    'deepspeed' for DeepSpeed's ZeRO (its wrapper, buckets and BF16 reductions: planner.deepspeed_engine). DeepSpeed without ZeRO runs
-    BF16 as another optimizer (DDP_BFLOAT16, or BF16_Optimizer sharding the master under its pipeline
-    engine), which the ledger does not describe: those rows keep Megatron's mechanics."""
+    'deepspeed' for DeepSpeed's ZeRO (its wrapper, buckets and BF16 reductions: planner.deepspeed_engine),
+    'apex' for the NeMo 24.07 launcher's runs, whose configs name optim distributed_fused_adam (Apex's
+    DistributedFusedAdam: planner.apex_engine) [NVIDIA/NeMo-Framework-Launcher@14860f7 launcher_scripts/
+    conf/training/*: model.optim.name]. DeepSpeed without ZeRO runs BF16 as another optimizer (DDP_BFLOAT16,
+    or BF16_Optimizer sharding the master under its pipeline engine), which the ledger does not describe:
+    those rows keep Megatron's mechanics."""
+    sharding = str(row.get("sharding"))
     if "FSDP2" in sharding:  # torchtitan's FSDP2: its sharded FP32 master and gathered output layer
         return "fsdp2"
+    if row["source_group"] == "nemo_24.07_perf_summary" and zero == 1:
+        return "apex"
     return "deepspeed" if _declares_deepspeed(sharding) and zero >= 1 else None
 
 
@@ -254,7 +260,7 @@ def load_runs(path: Path = RUNS_PATH, *, low_precision: bool = False) -> list[Ru
                                 cross_entropy="fused" if r["source_group"].startswith("llmfoundry") else
                                 "unfused" if r["source_group"].startswith("megatron_sc21") else "fp32",
                                 kernels="fused" if r["source_group"].startswith(("megatron", "nemo")) else "unfused",
-                                optimizer_impl=_optimizer_impl(str(r.get("sharding")), r["zero_stage"]))
+                                optimizer_impl=_optimizer_impl(r, r["zero_stage"]))
         tp, pp, cp = par.get("tp") or 1, par.get("pp") or 1, par.get("cp") or 1
         grad_overlap, param_overlap = _declared_overlaps(str(r.get("sharding")), r["zero_stage"])
         if uses_deepspeed(training):  # overlap_comm is inert for BF16_Optimizer and the pipeline engine

@@ -161,9 +161,10 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "(Megatron's --first-last-layers-bf16 --num-layers-at-start-in-bf16 N)")
     p.add_argument("--bf16-last-layers", type=_nonnegative_int, default=0, metavar="N",
                    help="the same for the last N layers (--num-layers-at-end-in-bf16 N)")
-    p.add_argument("--optimizer-impl", choices=["megatron", "deepspeed", "fsdp2"], default=None,
+    p.add_argument("--optimizer-impl", choices=["megatron", "deepspeed", "fsdp2", "apex"], default=None,
                    help="whose optimizer engine to price: Megatron's (default), DeepSpeed's (its wrapper and reduce "
-                        "buckets) or FSDP2's (torchtitan); --framework deepspeed/torchtitan and --emit set it")
+                        "buckets), FSDP2's (torchtitan) or NeMo 1.x's distributed_fused_adam (apex: priced, not "
+                        "emitted); --framework deepspeed/torchtitan and --emit set it")
     p.add_argument("--moe-imbalance", type=_positive_float, default=1.0, metavar="X",
                    help="MoE: routed tokens on the busiest expert rank over the mean (default 1: balanced)")
     p.add_argument("--moe-capacity-factor", type=_positive_float, default=None, metavar="C",
@@ -713,6 +714,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loss-chunks", type=_positive_int, default=None,
                    help="torchtitan logs: the chunks its loss ran in (default 8, torchtitan 0.3's ChunkedLossWrapper; "
                         "1 for a torchtitan without it)")
+    p.add_argument("--optimizer-impl", choices=["megatron", "apex"], default=None,
+                   help="NeMo logs without an argument dump: the optimizer the run used (apex: NeMo 1.x's "
+                        "distributed_fused_adam; default megatron's distributed optimizer)")
     _layout_args(p)
     p.add_argument("--out", default=None, help="calibrated cluster YAML (default CLUSTER-calibrated.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an --out file that planner did not write")
@@ -902,12 +906,16 @@ def _cmd_calibrate(a, out: Console) -> int:
             titan = m.framework == "torchtitan"
             if a.loss_chunks is not None and not titan:
                 raise _UsageError(f"--loss-chunks: {m.source} is a {m.framework} log; a chunked loss is torchtitan's")
+            if a.optimizer_impl == "apex" and m.framework != "nemo":
+                raise _UsageError(f"--optimizer-impl: {m.source} is a {m.framework} log; apex (distributed_fused_adam) "
+                                  "is NeMo's")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
                                     grad_dtype=a.grad_dtype, kernels=kernels, optimizer_offload=a.optimizer_offload,
                                     cross_entropy=a.cross_entropy,
                                     loss_chunks=(a.loss_chunks or TORCHTITAN_LOSS_CHUNKS) if titan else 1,
                                     # torchtitan's FSDP2 (DeepSpeed's engine: deepspeed_setup, where ZeRO is on)
-                                    optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if m.framework == "torchtitan" else None)
+                                    optimizer_impl=FRAMEWORK_ENGINES["torchtitan"] if titan else
+                                    "apex" if a.optimizer_impl == "apex" else None)
             layout = _layout_from_args(a)
             if a.dp is None and a.nodes is not None:
                 mp, world = layout.tp * layout.pp * layout.cp, a.nodes * cluster.gpus_per_node

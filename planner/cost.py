@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from planner import deepspeed_engine, torchtitan_engine
+from planner import apex_engine, deepspeed_engine, torchtitan_engine
 from planner._interp import interp
 from planner._memo import memo
 from planner.comm import alltoall_time, collective_time, node_dedup_alltoall_time, p2p_time
@@ -1366,7 +1366,10 @@ def ddp_bucket_params(dp_cp: int) -> int:
 
 def _bucket_params(training: TrainingSpec, dp_cp: int) -> int:
     """Parameters per gradient (and parameter) bucket: DeepSpeed's reduce_bucket_size as emitted
-    (deepspeed_engine.REDUCE_BUCKET_ELEMENTS), else Megatron's ddp_bucket_params."""
+    (deepspeed_engine.REDUCE_BUCKET_ELEMENTS), NeMo's bucket_cap_mb for DistributedFusedAdam
+    (apex_engine.bucket_params), else Megatron's ddp_bucket_params."""
+    if apex_engine.uses_apex(training):
+        return apex_engine.bucket_params(training)
     return REDUCE_BUCKET_ELEMENTS if uses_deepspeed(training) else ddp_bucket_params(dp_cp)
 
 
@@ -1713,7 +1716,8 @@ def stage_optimizer_time(model: ModelSpec, cluster: ClusterSpec, training: Train
         return stage_offload_time(model, cluster, training, layout, stage, layers).total
     psi = optimizer_shard_params(model, layout, stage, layers)
     gpu = cluster.gpu
-    touched = 2 * adam_bytes(training) + ADAM_OTHER_BYTES
+    states = apex_engine.state_bytes(training) if apex_engine.uses_apex(training) else adam_bytes(training)
+    touched = 2 * states + ADAM_OTHER_BYTES
     return psi * touched / (gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
 
 

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner import apex_engine
 from planner._memo import memo
 from planner.deepspeed_engine import LOSS_PEAK_SBV as DEEPSPEED_LOSS_PEAK_SBV
 from planner.deepspeed_engine import SUB_GROUP_ELEMENTS
@@ -212,10 +213,12 @@ def stage_host_bytes(model: ModelSpec, training: TrainingSpec, layout: Layout, s
 def weight_and_adam_bytes(training: TrainingSpec, zero_stage: int | None = None) -> tuple[float, float]:
     """(weight, Adam state) bytes per parameter on the training's engine: FSDP2, which torchtitan applies
     at ZeRO-3 and for replication alike (zero_stage 0 or 3; None: either), keeps the sharded FP32 weight
-    as Adam's master, so 4 and Adam's bytes less the master's 4; every other engine the BF16 weight (2)
-    and adam_bytes."""
+    as Adam's master, so 4 and Adam's bytes less the master's 4; NeMo's distributed_fused_adam the BF16
+    weight and its shard (apex_engine.state_bytes); every other engine the BF16 weight (2) and adam_bytes."""
     if uses_torchtitan(training) and zero_stage in (None, 0, 3):
         return FSDP2_PARAM_BYTES, adam_bytes(training) - FSDP2_PARAM_BYTES
+    if apex_engine.uses_apex(training):
+        return PARAM_BYTES, apex_engine.state_bytes(training)
     return PARAM_BYTES, adam_bytes(training)
 
 
@@ -1144,11 +1147,16 @@ def stage_static_items(
         items = [
             MemoryItem("weights", st.params, "fp32 shards, FSDP2's master, 4 B/param" if fsdp2 else "bf16, 2 B/param"),
             MemoryItem("gradients", 0.0, "the gradient partition on the host (ZeRO-3 offload)") if host_grads else
+            MemoryItem("gradients", apex_engine.gradient_bytes(model, training, layout, stage, sum(sh.params for sh in shards)),
+                       f"{training.grad_dtype} buffer (FP32 for the embeddings and the output layer) and its reduced "
+                       f"1/{layout.dp * layout.cp} shard (DistributedFusedAdam)") if apex_engine.uses_apex(training) else
             MemoryItem("gradients", st.grads, f"{training.grad_dtype}, {2 if training.grad_dtype == 'bf16' else 4} B/param"),
             MemoryItem("optimizer", st.optimizer * kept,
                        "Adam m + v (the master is the fp32 weight shard), 8 B/param" if fsdp2
                        else f"Adam fp32 master + m + v, 12 B/param, on the GPU for {kept:.0%} of the shard"
                        if training.optimizer_offload
+                       else f"the fp32 master's {'whole' if optimizer_bytes == 12 else '16-bit remainders'} + fp32 m + v, "
+                       f"{optimizer_bytes:g} B/param (DistributedFusedAdam)" if apex_engine.uses_apex(training)
                        else "Adam fp32 master + m + v, 12 B/param" if training.optimizer_states == "fp32"
                        else f"Adam bf16 m + v and the master weight, {adam_bytes(training):g} B/param"),
         ]

@@ -6,6 +6,7 @@ leaves to run time (ffn % tp, (seq/cp) % tp with SP), each reported with its ari
 
 from __future__ import annotations
 
+from planner import apex_engine
 from planner.deepspeed_engine import overlaps_reduction as deepspeed_overlaps_reduction
 from planner.deepspeed_engine import pipeline_split as deepspeed_pipeline_split
 from planner.deepspeed_engine import uses_deepspeed, zero0_runs
@@ -120,6 +121,8 @@ def layout_problems(
         bad.append(f"optimizer_offload with FSDP2 is priced without pipeline parallelism, got pp {pp}")
     if uses_deepspeed(training) and zero_rules:
         bad += _deepspeed_problems(training, lay)
+    if apex_engine.uses_apex(training):
+        bad += apex_engine.problems(model, training, lay, zero_rules)
     if model.mla is not None:
         if tp > 1 and not lay.sequence_parallel:
             bad.append(f"multi-latent attention with tp({tp}) > 1 is priced with sequence_parallel only")
@@ -912,6 +915,8 @@ def zero_stages(framework: str | None, pp: int, training: TrainingSpec | None = 
         if pp > 1:  # FSDP2's offload: none priced with its pipeline (planner.space layout problems)
             return () if uses_torchtitan(training) else tuple(z for z in offload_zero_stages(training) if z == 1)
         return offload_zero_stages(training)
+    if training is not None and apex_engine.uses_apex(training):  # DistributedFusedAdam: ZeRO-1
+        return (1,)
     if framework in (None, "any"):
         return (0, 1, 2, 3)
     if framework == "deepspeed" and training is not None and not zero0_runs(training):
@@ -1067,7 +1072,8 @@ def build_space(
     if "recompute" in constraints and not any(_allowed("recompute", m, constraints) for m in rc_modes):
         raise PlannerError(f"constraint recompute={_shown(constraints['recompute'])} is impossible with framework "
                            f"'{framework or 'any'}' for {model.name} (it offers {', '.join(rc_modes)})")
-    for key, limit in FRAMEWORK_LIMITS.get(framework or "any", {}).items():
+    limits = {**FRAMEWORK_LIMITS.get(framework or "any", {}), **(apex_engine.LIMITS if apex_engine.uses_apex(training) else {})}
+    for key, limit in limits.items():
         if key in constraints and key not in ("uneven_stages", "partial_recompute") and not _allowed(key, limit, constraints):
             raise PlannerError(f"constraint {key}={constraints[key]!r} is impossible with framework '{framework}' "
                                f"(it needs {key}={limit})")

@@ -1168,7 +1168,7 @@ class TrainingSpec(_Spec):
     Q, K, V (and under delayed scaling O) quantised (planner.memory.fp8_attention_relief). Layers kept
     in BF16 (bf16_first_layers / bf16_last_layers) attend in BF16. Priced, emitted by none: megatron-core
     0.19.2 gives it no command-line flag (arguments.py excludes it), so the Megatron launch refuses it."""
-    optimizer_impl: Literal["megatron", "deepspeed", "fsdp2"] | None = None
+    optimizer_impl: Literal["megatron", "deepspeed", "fsdp2", "apex"] | None = None
     """Whose engine keeps the optimizer states and reduces the gradients: None or 'megatron' =
     Megatron's DDP and distributed optimizer (the ledger's 2 + 4 + 12 B/param, gradients reduced in
     grad_dtype in buckets of max(40M, 1M x dp) parameters); 'deepspeed' = DeepSpeed's engine as the
@@ -1176,7 +1176,11 @@ class TrainingSpec(_Spec):
     500M-element reduce buckets, gradients reduced in the model dtype); 'fsdp2' = PyTorch FSDP2 as
     torchtitan applies it, for ZeRO-3 and for replication (ZeRO-0, a shard of one) alike: the FP32
     weight (shard) is Adam's master, 4 + 4 + 8 B/param, and the output layer's unit stays gathered
-    with its BF16 gradient (planner.memory.stage_static_items, planner.torchtitan_engine).
+    with its BF16 gradient (planner.memory.stage_static_items, planner.torchtitan_engine); 'apex' = NeMo 1.x's
+    distributed_fused_adam (Apex's DistributedFusedAdam as NeMo configures it, planner.apex_engine): the BF16
+    weight, a contiguous gradient buffer in grad_dtype (FP32 for the embeddings and the output layer) with its
+    reduced 1/dp shard beside it, and 2 + 4 + 4 B/param over dp (the master's 16-bit remainders, m, v; 4 + 4 + 4
+    with fp8_param_gather or FP16), ZeRO-1 only, 125 MiB buckets; priced, emitted by none.
     A search for framework='deepspeed' or 'torchtitan' sets it."""
     optimizer_offload: _real(ge=0, le=1) = 0.0
     """Share of each rank's optimizer shard kept and stepped on the CPU: Megatron's
@@ -1257,6 +1261,15 @@ class TrainingSpec(_Spec):
                 # megatron/training/arguments.py: validate_args, "Optimizer CPU offload check"
                 raise ValueError("optimizer_offload: with fp8_param_gather Megatron offloads the optimizer only "
                                  f"under the delayed recipe, got fp8={self.fp8!r}")
+        if self.optimizer_impl == "apex":
+            if self.optimizer_states != "fp32" or self.optimizer_offload:
+                # DistributedFusedAdam keeps FP32 m and v (NeMo's optimizer dtype) on the GPU
+                raise ValueError("optimizer_impl: 'apex' (NeMo's distributed_fused_adam) keeps FP32 Adam states on the "
+                                 f"GPU; optimizer_states={self.optimizer_states!r} and optimizer_offload="
+                                 f"{self.optimizer_offload:g} are not what it runs")
+            if self.fp8 not in (None, "delayed"):
+                raise ValueError(f"optimizer_impl: 'apex' is NeMo 1.x's optimizer, whose FP8 is Transformer Engine's "
+                                 f"delayed scaling; fp8={self.fp8!r} is not priced on it")
         if self.cross_entropy == "unfused" and self.optimizer_impl in ("deepspeed", "fsdp2"):
             raise ValueError(f"cross_entropy: 'unfused' is megatron-core's loss without --cross-entropy-loss-fusion; "
                              f"the {self.optimizer_impl} engine runs its own (use 'fp32')")
