@@ -549,6 +549,8 @@ MUTANTS = [
     ("planner/space.py", "if training is not None and apex_engine.uses_apex(training):  # DistributedFusedAdam: ZeRO-1",
      "if False:", "apex: searched at every ZeRO stage"),
     ("planner/apex_engine.py", 'LIMITS = {"uneven_stages": False}', "LIMITS = {}", "apex: uneven splits NeMo 1.x cannot run"),
+    ("planner/calibration.py", 'cal.grouped_gemm_call + factors.get("expert_call", 0.0)', "cal.grouped_gemm_call",
+     "calibrate: the fitted time per expert GEMM ignored"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])

@@ -82,7 +82,9 @@ class Parameter:
 
     def shown(self, value: float) -> str:
         """The factor, or the amount added with its unit."""
-        return f"{value:.3f}" if self.unit is None else f"+{value * 1e3:.3f} ms"
+        if self.unit is None:
+            return f"{value:.3f}"
+        return f"{value * 1e6:+.1f} us" if self.unit < 1e-4 else f"+{value * 1e3:.3f} ms"
 
     def moved(self, value: float) -> bool:
         """Whether the fit moved the parameter off the cluster's value."""
@@ -99,6 +101,8 @@ PARAMETERS = (
     Parameter("ep_comm", 0.15, "speed of the MoE dispatch and combine (moved only by runs with EP or ETP)"),
     Parameter("moe_stall", 1.0, "seconds added to the GPU's idle time at each MoE forward's host sync "
               "(moved only by MoE runs)", unit=1e-3),
+    Parameter("expert_call", 3.0, "seconds added to the host's time per expert GEMM of a grouped linear "
+              "(calibration.grouped_gemm_call; moved only by MoE runs whose expert GEMMs wait on the host)", unit=1e-5),
 )
 
 
@@ -117,6 +121,7 @@ def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: flo
         "mamba_scan_efficiency": min(1.0, cal.mamba_scan_efficiency * factors.get("mamba_scan", 1.0)),
         "ep_comm_speed": min(4.0, cal.ep_comm_speed * factors.get("ep_comm", 1.0)),
         "moe_host_stall": min(1.0, max(0.0, cal.moe_host_stall + factors.get("moe_stall", 0.0))),
+        "grouped_gemm_call": min(1e-2, max(0.0, cal.grouped_gemm_call + factors.get("expert_call", 0.0))),
     })
     scaleout = cluster.scaleout.model_copy(update={"nic_busbw": cluster.scaleout.nic_busbw * factors.get("scaleout", 1.0)})
     update = {"calibration": cal, "scaleout": scaleout}
@@ -582,15 +587,14 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
     provenance = dict(cluster.provenance)
     for key in ("calibration.gemm_efficiency", "calibration.gemm_efficiency_fp8", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
                 "calibration.tp_comm_exposed", "calibration.mamba_scan_efficiency", "calibration.ep_comm_speed",
-                "calibration.moe_host_stall", "scaleout.nic_busbw", "memory_overhead",
+                "calibration.moe_host_stall", "calibration.grouped_gemm_call", "scaleout.nic_busbw", "memory_overhead",
                 "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
                                                "name": f"{cluster.name}-calibrated"})
     notes = [f"{r.label}: captured CUDA graphs (cuda_graph_impl {r.cuda_graphs}), which the planner's Megatron "
              "launches do not; its MoE host stall (moe_stall) is not the one they pay, nor, where the graphs hold the "
-             "experts, the host's floor under their grouped GEMMs (calibration.grouped_gemm_call), so plan from runs "
-             "without them"
+             "experts, the host's floor under their grouped GEMMs (expert_call), so plan from runs without them"
              for r in runs if r.cuda_graphs and r.model.moe is not None]
     for p in parameters:
         if not p.moved(factors[p.name]):

@@ -135,7 +135,7 @@ def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 
 
 def calibration_dict(result, path: str) -> dict[str, Any]:
     """A CalibrationResult as JSON-ready data: the factors on the cluster's values apart from the amounts
-    added to them (seconds: the MoE host stall)."""
+    added to them (seconds: the MoE host stall, the host's time per expert GEMM)."""
     added = {p.name for p in PARAMETERS if p.unit is not None}
     return {
         "cluster_file": path,

@@ -214,8 +214,9 @@ def test_cli_calibrate_without_argument_dump_needs_the_workload(tmp_path):
                "--nodes", "2", "--global-batch-size", "128", "--seq-length", "8192", "--zero", "3", "--json"],
               stdout=(out := io.StringIO()), stderr=io.StringIO())
     assert rc == 0 and '"calibrated_s"' in out.getvalue()
-    data = json.loads(out.getvalue())  # the host stall is seconds added, not a factor
-    assert data["added_seconds"] == {"moe_stall": 0.0} and "moe_stall" not in data["factors"] and "gemm" in data["factors"]
+    data = json.loads(out.getvalue())  # the host stall and the time per expert GEMM are seconds added, not factors
+    assert data["added_seconds"] == {"moe_stall": 0.0, "expert_call": 0.0} and "gemm" in data["factors"]
+    assert "moe_stall" not in data["factors"] and "expert_call" not in data["factors"]
 
 
 def test_cli_calibrate_prices_a_torchtitan_run_with_its_cpu_offload(tmp_path):
@@ -676,6 +677,37 @@ def test_moe_runs_recover_the_stall_and_the_dispatch_speed(moe_recovered):
     assert f"moe_stall +{r.factors['moe_stall'] * 1e3:.3f} ms" in planner.calibration.calibrated_yaml(r)
 
 
+@pytest.fixture(scope="module")
+def floor_recovered():
+    """Qwen3-30B-A3B's logs from two DGX H100 whose host takes 120 us per expert GEMM (a slower CPU than the
+    catalog's 60 us): 128 experts of 768, a few hundred tokens each, so the grouped GEMMs wait on the host.
+    The layouts vary the local experts (ep 4, 8, 16: 32, 16, 8 per GPU), which the floor scales with, and
+    the micro-batch, which the stall at each forward's host sync does not."""
+    m, base = planner.load_model(QWEN_MOE), planner.load_cluster("dgx-h100", nodes=2)
+    truth = base.model_copy(update={"calibration": base.calibration.model_copy(update={"grouped_gemm_call": 120e-6})})
+    runs = [(TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=4, zero_stage=1)),
+            (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=8, zero_stage=1)),
+            (TrainingSpec(global_batch_size=128, seq_length=4096), Layout(tp=1, dp=16, ep=8, zero_stage=1, micro_batch_size=4)),
+            (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=16, zero_stage=1))]
+    obs = [observation(parse_log(megatron_log(planner.evaluate(m, truth, t, lay).step_time_s, 60 * GIB)), m, t, lay)
+           for t, lay in runs]
+    return m, base, truth, calibrate(base, obs)
+
+
+def test_moe_runs_recover_the_hosts_time_per_expert_gemm(floor_recovered):
+    """The fit moves calibration.grouped_gemm_call (expert_call, added seconds) toward the planted 120 us and
+    leaves the stall near the catalog's 0; the calibrated YAML says what it added."""
+    m, base, truth, r = floor_recovered
+    assert base.calibration.grouped_gemm_call == pytest.approx(60e-6)
+    assert r.cluster.calibration.grouped_gemm_call == pytest.approx(120e-6, rel=0.1)
+    assert abs(r.factors["moe_stall"]) < 0.3e-3  # beside the ~2 ms a grouped GEMM of 32 experts waits
+    assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
+    assert f"expert_call {r.factors['expert_call'] * 1e6:+.1f} us" in planner.calibration.calibrated_yaml(r)
+    t, lay = TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=1, dp=16, ep=2, zero_stage=1)
+    want = planner.evaluate(m, truth, t, lay).step_time_s  # 64 local experts: a layout the logs did not run
+    assert abs(planner.evaluate(m, r.cluster.model_copy(update={"num_nodes": 2}), t, lay).step_time_s / want - 1) < 0.03
+
+
 def test_the_moe_calibrated_cluster_predicts_other_moe_layouts(moe_recovered):
     m, base, truth, r = moe_recovered
     for t, lay in ((TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=2, dp=8, ep=8, etp=1, sequence_parallel=True, zero_stage=1)),
@@ -687,7 +719,7 @@ def test_the_moe_calibrated_cluster_predicts_other_moe_layouts(moe_recovered):
 
 def test_dense_runs_leave_the_moe_parameters_at_the_catalog(recovered):
     _, _, _, r = recovered
-    for name in ("moe_stall", "ep_comm"):
+    for name in ("moe_stall", "ep_comm", "expert_call"):
         assert any(n.startswith(f"{name}: not moved") for n in r.notes)
     assert r.cluster.calibration.moe_host_stall == 0.0 and r.cluster.calibration.ep_comm_speed == 1.0
 
