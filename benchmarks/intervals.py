@@ -262,14 +262,14 @@ def same_stack_calibration(runs) -> dict[str, list[tuple[str, float]]]:
     """What calibrating on one's own MoE runs buys: for each release and GPU with two or more models (one
     software stack on one cluster), calibrate on the other models' rows and predict each model's: signed
     ln(measured / predicted) per prediction, with the catalog, with the parameters before the MoE ones
-    (all of PARAMETERS but ep_comm and moe_stall), with all of them, and with either MoE parameter alone."""
+    (all of PARAMETERS but ep_comm, moe_stall and expert_call), with all of them, and with each MoE parameter alone."""
     from planner.calibration import PARAMETERS, Observation, apply_factors, calibrate
     from planner.plans import evaluate
 
-    moe = {p.name: p for p in PARAMETERS if p.name in ("ep_comm", "moe_stall")}
+    moe = {p.name: p for p in PARAMETERS if p.name in ("ep_comm", "moe_stall", "expert_call")}
     dense = tuple(p for p in PARAMETERS if p.name not in moe)
     sets = {"catalog": None, "without MoE parameters": dense, "all parameters": PARAMETERS,
-            "+ ep_comm only": (*dense, moe["ep_comm"]), "+ moe_stall only": (*dense, moe["moe_stall"])}
+            **{f"+ {name} only": (*dense, par) for name, par in moe.items()}}
     usable = [r for r in runs if r.tokens_per_s_per_gpu]
     stacks: dict[tuple[str, str], list] = {}
     for r in usable:

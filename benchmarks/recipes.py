@@ -1,6 +1,12 @@
-"""The planner's choice against NVIDIA's published MoE recipes, in the planner's own model.
+"""The planner's choice against NVIDIA's published recipes, in the planner's own model.
 
-    python benchmarks/recipes.py
+    python benchmarks/recipes.py [--dense | --moe]
+
+Dense: NeMo 24.07's performance-summary recipes (FP8 delayed scaling, Apex's DistributedFusedAdam,
+the rows of benchmarks/data/published_runs.yaml with a complete layout): the recipe's layout priced by
+`evaluate`, the planner's proven optimum over the same workload (framework 'any', since Megatron-LM does
+not run Apex's optimizer; its default space, then, where the recipe interleaves more than
+`space.MAX_VPP` virtual stages, a space widened to the recipe's), the gain and the terms behind it.
 
 For DeepSeek-V3, Qwen3-235B-A22B and GPT-OSS-120B on the GPU counts NVIDIA published: the
 recipe's layout priced by `evaluate`, the planner's proven optimum over the same workload (with
@@ -11,12 +17,25 @@ to the gap). The published throughput sits beside both so the reader can judge t
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 import time
 
 import planner
 from planner.report import term_deltas
-from runs import load_moe_runs
+from runs import load_moe_runs, load_runs
+from planner.space import MAX_VPP
+
+DENSE_RECIPES = [  # rows of benchmarks/data/published_runs.yaml: NeMo 24.07's performance summary
+    "nemo2407_gpt3_175b_128gpu",
+    "nemo2407_gpt3_175b_512gpu",
+    "nemo2407_llama2_7b_8gpu",
+    "nemo2407_llama2_13b_16gpu",
+    "nemo2407_llama2_70b_64gpu",
+    "nemo2407_llama3_8b_8gpu",
+    "nemo2407_llama3_70b_64gpu",
+]
 
 RECIPES = [  # rows of benchmarks/data/moe_runs.yaml
     "dgxc_v25.05_deepseek_v3_h100_1024gpu_bf16",
@@ -27,7 +46,35 @@ RECIPES = [  # rows of benchmarks/data/moe_runs.yaml
 ]
 
 
-def main() -> int:
+def dense() -> list[float]:
+    """Each dense recipe against the planner's optimum; returns the recipe's extra step time per recipe
+    (the widened search's, where the default space cannot express the recipe)."""
+    runs = {r.id: r for r in load_runs(low_precision=True)}
+    gains = []
+    for rid in DENSE_RECIPES:
+        r = runs[rid]
+        nv = planner.evaluate(r.model, r.cluster, r.training, r.layout)
+        print(f"{rid}  ({r.cluster.world_size} GPUs, published {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+              f"measured step {r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.cluster.world_size):.2f} s)")
+        print(f"  NVIDIA  {nv.layout.short()[:100]}  {nv.step_time_s:.2f} s")
+        spaces = [("default space", {})]
+        if r.layout.vpp > MAX_VPP:
+            spaces.append((f"vpp up to {r.layout.vpp}", {"vpp": (1, r.layout.vpp)}))
+        for name, widen in spaces:
+            t0 = time.perf_counter()
+            found = planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="any", **widen)
+            best = planner.evaluate(r.model, r.cluster, r.training, found.best.layout)
+            gain = nv.step_time_s / best.step_time_s - 1
+            print(f"  planner {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({name}: {found.status}, "
+                  f"{time.perf_counter() - t0:.0f} s)")
+            print(f"  the recipe takes {gain:+.1%} in the planner's model; terms: "
+                  + (", ".join(f"{k} {a - b:+.2f} s" for k, a, b in term_deltas(nv, best)[:4]) or "none"))
+        gains.append(gain)
+    print(f"median of the {len(gains)}: {statistics.median(gains):+.1%}")
+    return gains
+
+
+def moe() -> None:
     runs = {r.id: r for r in load_moe_runs()[0]}
     for rid in RECIPES:
         r = runs[rid]
@@ -47,6 +94,18 @@ def main() -> int:
         print(f"  planner {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({found.status}, {took:.0f} s)")
         print(f"  the recipe takes {nv.step_time_s / best.step_time_s - 1:+.1%} in the planner's model; terms: "
               + ", ".join(f"{k} {a - b:+.2f} s" for k, a, b in term_deltas(nv, best)[:4]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--dense", action="store_true", help="only NeMo 24.07's dense recipes")
+    which.add_argument("--moe", action="store_true", help="only NVIDIA's MoE recipes")
+    a = ap.parse_args(argv)
+    if not a.moe:
+        dense()
+    if not a.dense:
+        moe()
     return 0
 
 

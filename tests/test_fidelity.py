@@ -247,3 +247,27 @@ def test_fidelity_explains_a_row_term_by_term(capsys):
     out = capsys.readouterr().out
     assert "measured 8,532 tokens/s/GPU" in out and "terms: compute" in out and "loss " in out and "(published 76.8)" in out
     assert fidelity.main(["--row", "no-such-row"]) == 1
+
+
+def test_planner_claims_at_most_5_percent_over_nvidia_dense_recipes():
+    """The issue's bar: the planner's proven best beats NVIDIA's NeMo 24.07 recipes by at most 5 % in its
+    own model (a larger claim would come from a term the recipe runs and the model leaves out). Where a
+    recipe interleaves more virtual stages than the default space searches, the widened space must find
+    a layout at least as fast as the recipe: 'optimal' is over the space, and the space must hold it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from recipes import DENSE_RECIPES
+
+    from planner.space import MAX_VPP
+
+    runs = {r.id: r for r in load_runs(low_precision=True)}
+    gains = []
+    for rid in DENSE_RECIPES:
+        r = runs[rid]
+        nv = planner.evaluate(r.model, r.cluster, r.training, r.layout)
+        widen = {"vpp": (1, r.layout.vpp)} if r.layout.vpp > MAX_VPP else {}
+        found = planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="any", **widen)
+        assert found.status == "optimal", rid
+        gain = nv.step_time_s / found.best.step_time_s - 1
+        assert -1e-9 <= gain <= 0.05, (rid, gain)
+        gains.append(gain)
+    assert statistics.median(gains) <= 0.01
