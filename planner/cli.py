@@ -402,6 +402,13 @@ def _status_line(r) -> str:
     return "unknown: the time limit ended the search; the best layout found so far, nothing proven (raise --time-limit)"
 
 
+def _flag_bound(bound: str) -> str:
+    """A default cap of the space as the CLI widens it (the API's constraint=(1, N) is the flag's 1:N)."""
+    for key, flag in (("micro_batch_size", "--micro-batch-size"), ("vpp", "--vpp"), ("cp", "--cp")):
+        bound = bound.replace(f"{key}=(1, N)", f"{flag} 1:N")
+    return bound
+
+
 def _exit_code(r) -> int:
     if r.status == "infeasible":
         return EXIT_INFEASIBLE
@@ -438,6 +445,8 @@ def _cmd_plan(a, out: Console) -> int:
         out.print(f"[yellow]unknown[/]: {_u(r.explanation[0])}")
         return EXIT_UNKNOWN
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
+    if r.bounds:
+        out.print(f"space: {_u('; '.join(_flag_bound(b) for b in r.bounds))}", markup=False)
     if choice:
         t_ = r.best.training
         out.print(f"choice: {_u(choice)}; chosen: fp8={_u(t_.fp8 or 'none')} optimizer_states={t_.optimizer_states} "

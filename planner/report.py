@@ -101,6 +101,7 @@ def result_dict(r: PlanResult, *, timing: bool = True) -> dict[str, Any]:
         "status": r.status,
         "gap": r.gap,
         "space_size": r.space_size,
+        "space_bounds": list(r.bounds),
         "best": plan_dict(r.best) if r.best else None,
         "alternatives": [dict(plan_dict(p), tied_with_best=p.tied_with(r.best)) for p in r.alternatives],
         "structural": [{"label": a.label, "delta": a.delta, "binds": a.binds,

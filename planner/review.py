@@ -137,7 +137,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;font-size:13px}} th{{background:#ee
 <body>
 <h1>{html.escape(m.name)} on {c.world_size} x {html.escape(c.gpu.name)} ({html.escape(c.name)})</h1>
 <p id="summary">global batch {t.global_batch_size} x {t.seq_length} tokens; {status}; {count_text(result.space_size)} layouts searched in
-{result.solve_time_s:.2f} s. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.{host}</p>
+{result.solve_time_s:.2f} s{html.escape(" (" + "; ".join(result.bounds) + ")") if result.bounds else ""}. Best: <code>{html.escape(best.layout.short())}</code>, {best.step_time_s:.3f} s/step, MFU {best.mfu:.1%}.{host}</p>
 <h2 id="alternatives">Alternatives</h2>
 <table><tr><th></th><th>layout</th><th>peak / capacity GiB</th><th>OOM risk</th><th>step s</th><th>80 % interval</th><th>vs best</th><th>MFU</th><th>tokens/s</th><th>largest item</th></tr>
 {''.join(rows)}</table>

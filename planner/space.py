@@ -570,6 +570,22 @@ MAX_VPP = 8
 # already small; widen with vpp=(1, N).
 
 
+def default_bounds(model: ModelSpec, training: TrainingSpec, constraints: dict) -> tuple[str, ...]:
+    """The ASSUMPTION caps above that bound a search with these constraints (those the user did not
+    override and the workload could exceed): a plan is optimal over the space they leave, so a report
+    names them with the constraint that widens each."""
+    out = []
+    if "micro_batch_size" not in constraints and training.global_batch_size > MAX_MICRO_BATCH:
+        out.append(f"micro-batch <= {MAX_MICRO_BATCH} (micro_batch_size=(1, N) widens it)")
+    if "vpp" not in constraints and model.num_layers // 2 > MAX_VPP:
+        out.append(f"vpp <= {MAX_VPP} (vpp=(1, N) widens it)")
+    if ("cp" not in constraints and training.attention == "flash" and not model.hybrid
+            and training.seq_length // MIN_CP_CHUNK >= 1):
+        out.append(f"cp <= {training.seq_length // MIN_CP_CHUNK}: at least {MIN_CP_CHUNK} tokens a rank "
+                   f"(cp=(1, N) widens it)")
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Shape:
     """The structural part of a layout: degrees, micro-batch, interleaving, sequence parallel."""

@@ -339,3 +339,17 @@ def test_explain_says_what_the_last_rank_runs_beside_its_layers():
     loss_ms = 32 * 8192 * 128_256 / 4 / (0.89 * 3.35e12) * 1e3
     assert f"the loss's passes over its logits {loss_ms:.1f} ms at 32 B a logit" in line
     assert "it holds 20 of the layers, the busiest rank 21" in line
+
+
+def test_plan_names_the_default_caps_of_its_space():
+    """'Optimal' is over the searched space: the default caps a user did not widen are printed with the flag
+    that widens each (JSON: space_bounds), and a cap the user widened is not."""
+    code, out, _ = run(["plan", "llama3-70b", "dgx-h100", "--nodes", "8", "--global-batch-size", "128",
+                        "--seq-length", "8192", "--time-limit", "60"])
+    assert code == 0
+    space = next(line for line in out.splitlines() if line.startswith("space: "))
+    assert "vpp <= 8 (--vpp 1:N widens it)" in space and "micro-batch <= 8" in space and "cp <= 2" in space
+    code, out, _ = run(["plan", "llama3-70b", "dgx-h100", "--nodes", "8", "--global-batch-size", "128",
+                        "--seq-length", "8192", "--time-limit", "60", "--vpp", "1:20", "--cp", "1:4", "--json"])
+    assert code == 0
+    assert json.loads(out)["space_bounds"] == ["micro-batch <= 8 (micro_batch_size=(1, N) widens it)"]
