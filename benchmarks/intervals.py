@@ -261,15 +261,16 @@ def _release(run) -> str:
 def same_stack_calibration(runs) -> dict[str, list[tuple[str, float]]]:
     """What calibrating on one's own MoE runs buys: for each release and GPU with two or more models (one
     software stack on one cluster), calibrate on the other models' rows and predict each model's: signed
-    ln(measured / predicted) per prediction, with the catalog, with the parameters before the MoE ones
-    (all of PARAMETERS but ep_comm, moe_stall and expert_call), with all of them, and with each MoE parameter alone."""
+    ln(measured / predicted) per prediction, with the catalog, with all of PARAMETERS but the
+    host stall and the dispatch speed (ep_comm, moe_stall; expert_call, the host's time per expert GEMM, is among
+    them), with all of them, and with either of those two alone."""
     from planner.calibration import PARAMETERS, Observation, apply_factors, calibrate
     from planner.plans import evaluate
 
-    moe = {p.name: p for p in PARAMETERS if p.name in ("ep_comm", "moe_stall", "expert_call")}
+    moe = {p.name: p for p in PARAMETERS if p.name in ("ep_comm", "moe_stall")}
     dense = tuple(p for p in PARAMETERS if p.name not in moe)
-    sets = {"catalog": None, "without MoE parameters": dense, "all parameters": PARAMETERS,
-            **{f"+ {name} only": (*dense, par) for name, par in moe.items()}}
+    sets = {"catalog": None, "without the stall and dispatch speed": dense, "all parameters": PARAMETERS,
+            "+ ep_comm only": (*dense, moe["ep_comm"]), "+ moe_stall only": (*dense, moe["moe_stall"])}
     usable = [r for r in runs if r.tokens_per_s_per_gpu]
     stacks: dict[tuple[str, str], list] = {}
     for r in usable:
