@@ -24,8 +24,8 @@ import time
 
 import planner
 from planner.report import term_deltas
-from runs import load_moe_runs, load_runs
 from planner.space import MAX_VPP
+from runs import load_moe_runs, load_runs
 
 DENSE_RECIPES = [  # rows of benchmarks/data/published_runs.yaml: NeMo 24.07's performance summary
     "nemo2407_gpt3_175b_128gpu",
