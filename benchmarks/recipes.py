@@ -25,6 +25,7 @@ import time
 import planner
 from planner.report import term_deltas
 from planner.space import MAX_VPP
+from intervals import measured_step
 from runs import load_moe_runs, load_runs
 
 DENSE_RECIPES = [  # rows of benchmarks/data/published_runs.yaml: NeMo 24.07's performance summary
@@ -55,7 +56,7 @@ def dense() -> list[float]:
         r = runs[rid]
         nv = planner.evaluate(r.model, r.cluster, r.training, r.layout)
         print(f"{rid}  ({r.cluster.world_size} GPUs, published {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-              f"measured step {r.training.global_batch_size * r.training.seq_length / (r.tokens_per_s_per_gpu * r.cluster.world_size):.2f} s)")
+              f"measured step {measured_step(r):.2f} s)")
         print(f"  NVIDIA  {nv.layout.short()[:100]}  {nv.step_time_s:.2f} s")
         spaces = [("default space", {})]
         if r.layout.vpp > MAX_VPP:
@@ -63,7 +64,7 @@ def dense() -> list[float]:
         for name, widen in spaces:
             t0 = time.perf_counter()
             found = planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="any", **widen)
-            best = planner.evaluate(r.model, r.cluster, r.training, found.best.layout)
+            best = found.best  # priced on the recipe's own workload already
             gain = nv.step_time_s / best.step_time_s - 1
             print(f"  planner {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({name}: {found.status}, "
                   f"{time.perf_counter() - t0:.0f} s)")

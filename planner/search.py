@@ -23,7 +23,7 @@ from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, bu
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.memory import adam_bytes, offload_host_note, static_memory
-from planner.space import FRAMEWORK_ENGINES, FRAMEWORK_LIMITS, Space, build_space, default_bounds, framework_training, offloaded
+from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training, offloaded
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
 
@@ -228,7 +228,7 @@ class PlanResult:
     """A workload-choice search (planner.choices.plan_choices): the combinations that are not a workload
     the target runs, each with the rule it breaks."""
     bounds: tuple[str, ...] = ()
-    """The default caps that bounded the space (space.default_bounds): 'optimal' is over what they leave."""
+    """The default caps that cut candidates from the space (Space.bounds): 'optimal' is over what they leave."""
 
 
 @dataclass
@@ -386,7 +386,7 @@ def plan(
     if structural:
         alts = _structural(model, cluster, training, best, framework, cons, deadline)
     return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, time.perf_counter() - start, space.size(),
-                      _explain(best, plans, status), None, stats, bounds=default_bounds(model, training, {**FRAMEWORK_LIMITS.get(framework or 'any', {}), **cons}))
+                      _explain(best, plans, status), None, stats, bounds=space.bounds)
 
 
 def _with_oom_risk(model, cluster, training, risk, **kw) -> PlanResult:

@@ -570,20 +570,13 @@ MAX_VPP = 8
 # already small; widen with vpp=(1, N).
 
 
-def default_bounds(model: ModelSpec, training: TrainingSpec, constraints: dict) -> tuple[str, ...]:
-    """The ASSUMPTION caps above that bound a search with these constraints (those the user did not
-    override and the workload could exceed): a plan is optimal over the space they leave, so a report
-    names them with the constraint that widens each."""
-    out = []
-    if "micro_batch_size" not in constraints and training.global_batch_size > MAX_MICRO_BATCH:
-        out.append(f"micro-batch <= {MAX_MICRO_BATCH} (micro_batch_size=(1, N) widens it)")
-    if "vpp" not in constraints and model.num_layers // 2 > MAX_VPP:
-        out.append(f"vpp <= {MAX_VPP} (vpp=(1, N) widens it)")
-    if ("cp" not in constraints and training.attention == "flash" and not model.hybrid
-            and training.seq_length // MIN_CP_CHUNK >= 1):
-        out.append(f"cp <= {training.seq_length // MIN_CP_CHUNK}: at least {MIN_CP_CHUNK} tokens a rank "
-                   f"(cp=(1, N) widens it)")
-    return tuple(out)
+def _bound_texts(capped: set[str], max_cp: int) -> tuple[str, ...]:
+    """The ASSUMPTION caps above that cut candidates from a space (build_space records which), each with the
+    constraint that widens it: a plan is optimal over the space they leave, so a report names them."""
+    texts = {"micro_batch_size": f"micro-batch <= {MAX_MICRO_BATCH} (micro_batch_size=(1, N) widens it)",
+             "vpp": f"vpp <= {MAX_VPP} (vpp=(1, N) widens it)",
+             "cp": f"cp <= {max_cp}: at least {MIN_CP_CHUNK} tokens a rank (cp=(1, N) widens it)"}
+    return tuple(text for key, text in texts.items() if key in capped)
 
 
 @dataclass(frozen=True)
@@ -640,6 +633,8 @@ class Space:
     """The workload, whose engine decides DeepSpeed's gradient overlap (overlaps())."""
     engine_weights: bool = True
     """On torchtitan: the plan chooses its first/last stage weights (else the even split only)."""
+    bounds: tuple[str, ...] = ()
+    """The default caps (MAX_MICRO_BATCH, MAX_VPP, MIN_CP_CHUNK) that cut candidates from this space."""
 
     def layouts(self, shape: Shape, split: tuple[int, ...] | None, rc, zero) -> Layout:
         """The Layout of one candidate; split: layers per pipeline rank (None: even)."""
@@ -1096,12 +1091,17 @@ def build_space(
         constraints[key] = limit
     L, s, gbs = model.num_layers, training.seq_length, training.global_batch_size
     world, domain = cluster.world_size, cluster.nvlink_domain_size
-    if "micro_batch_size" not in constraints:
+    capped: set[str] = set()  # the default caps that cut a candidate (Space.bounds)
+    default_mbs = "micro_batch_size" not in constraints
+    if default_mbs:
         constraints["micro_batch_size"] = (1, MAX_MICRO_BATCH)
     # NVLink is a hard rule: aligned TP groups stay in one domain iff tp divides the domain size
     tps = [t for t in divisors(domain) if t <= world and _allowed("tp", t, constraints)]
-    max_cp = max(1, s // MIN_CP_CHUNK) if training.attention == "flash" and not model.hybrid else 1  # _hybrid_problems
+    chunk_rule = training.attention == "flash" and not model.hybrid  # else cp 1 is a rule (_hybrid_problems), not a cap
+    max_cp = max(1, s // MIN_CP_CHUNK) if chunk_rule else 1
     cps = [c for c in divisors(world) if (c == 1 or c <= max_cp or "cp" in constraints) and _allowed("cp", c, constraints)]
+    if chunk_rule and "cp" not in constraints and any(c > max_cp for c in divisors(world)):
+        capped.add("cp")
     # DeepSpeed's engine places the layers itself: its split only (deepspeed_engine.pipeline_split)
     engine_split = uses_deepspeed(training)
     # torchtitan places them from its first/last stage weights: the splits those make (rank_splits)
@@ -1173,9 +1173,12 @@ def build_space(
                         continue
                     for mbs in divisors(gbs // dp):
                         if not _allowed("micro_batch_size", mbs, constraints):
+                            if default_mbs:
+                                capped.add("micro_batch_size")
                             continue
                         for v in (range(1, L // pp + 1) if pp > 1 and not engine_split else [1]):
                             if v > MAX_VPP and "vpp" not in constraints:
+                                capped.add("vpp")
                                 break
                             if not _allowed("vpp", v, constraints):
                                 continue
@@ -1205,7 +1208,7 @@ def build_space(
              for pp in {sh.pp for sh in shapes}}
     space = Space(tuple(shapes), recomputes, zeros, L, free, first_last, order, allow_idle, framework,
                   not moe and not model.hybrid, training,
-                  engine_weights=uneven)
+                  engine_weights=uneven, bounds=_bound_texts(capped, max_cp))
     if free:
         return space
     return replace(space, shapes=tuple(sh for sh in shapes if space.fixed_splits(sh.pp, sh.vpp)))
