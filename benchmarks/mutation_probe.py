@@ -551,6 +551,12 @@ MUTANTS = [
     ("planner/apex_engine.py", 'LIMITS = {"uneven_stages": False}', "LIMITS = {}", "apex: uneven splits NeMo 1.x cannot run"),
     ("planner/calibration.py", 'cal.grouped_gemm_call + factors.get("expert_call", 0.0)', "cal.grouped_gemm_call",
      "calibrate: the fitted time per expert GEMM ignored"),
+    ("planner/plans.py", "if model.moe is not None and fitted_on and model.name not in fitted_on:",
+     "if model.moe is not None and fitted_on:", "calibrate: the MoE model it was fitted on warned about too"),
+    ("planner/calibration.py", '"calibration": cal.model_copy(update={"moe_fitted_on": moe_models}) if moe_models else cal,',
+     '"calibration": cal,', "calibrate: the MoE models it followed not recorded"),
+    ("planner/calibration.py", "return max(0.0, total / prec)", "return max(1.0, total / prec)",
+     "calibrate: an overhead fitted to 0 floored (it must load as 0)"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])

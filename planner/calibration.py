@@ -590,12 +590,20 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
                 "calibration.moe_host_stall", "calibration.grouped_gemm_call", "scaleout.nic_busbw", "memory_overhead",
                 "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
-    calibrated = calibrated.model_copy(update={"prediction_error": error, "provenance": provenance,
-                                               "name": f"{cluster.name}-calibrated"})
+    moe_models = tuple(sorted({r.model.name for r in runs if r.model.moe is not None}))
+    cal = calibrated.calibration  # the MoE models it now follows (planner.evaluate warns for the others)
+    calibrated = calibrated.model_copy(update={
+        "calibration": cal.model_copy(update={"moe_fitted_on": moe_models}) if moe_models else cal,
+        "prediction_error": error, "provenance": provenance, "name": f"{cluster.name}-calibrated"})
     notes = [f"{r.label}: captured CUDA graphs (cuda_graph_impl {r.cuda_graphs}), which the planner's Megatron "
              "launches do not; its MoE host stall (moe_stall) is not the one they pay, nor, where the graphs hold the "
              "experts, the host's floor under their grouped GEMMs (expert_call), so plan from runs without them"
              for r in runs if r.cuda_graphs and r.model.moe is not None]
+    if moe_models:
+        notes.append(f"fitted on the MoE model{'s' if len(moe_models) > 1 else ''} {', '.join(moe_models)}: plan "
+                     f"{'them' if len(moe_models) > 1 else 'it'} with this cluster; for another MoE model take the "
+                     "catalog's, which predicted published runs better than a calibration on the same release's other "
+                     "models (README, Mixture-of-Experts); evaluate and plan warn where it is used so")
     for p in parameters:
         if not p.moved(factors[p.name]):
             notes.append(f"{p.name}: not moved by these logs (kept the catalog value)")

@@ -249,6 +249,11 @@ def evaluate(
     m = num_microbatches(training, layout)
     if m < layout.pp:
         warnings.append(f"only {m} micro-batches for pp({layout.pp}): the pipeline never fills")
+    fitted_on = cluster.calibration.moe_fitted_on
+    if model.moe is not None and fitted_on and model.name not in fitted_on:
+        warnings.append(f"{cluster.name}'s calibration was fitted on the MoE logs of {', '.join(fitted_on)}, not "
+                        f"{model.name}: its host floor and stall follow those models' expert GEMMs (the catalog's "
+                        "cluster, or a calibration on this model's own logs, predicts it better)")
     if uses_torchtitan(training) and training.document_tokens is None:
         warnings.append("torchtitan masks attention per packed document; priced causal over the whole sequence, an "
                         "upper bound (document_tokens: the documents' length)")

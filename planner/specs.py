@@ -967,6 +967,10 @@ class Calibration(_Spec):
     (AllToAllTokenDispatcher.dispatch). 0 in the catalog: a stall fitted to the published runs of one
     source did not hold for another (README, Mixture-of-Experts), so it is left for `planner calibrate` to
     fit from one's own MoE runs."""
+    moe_fitted_on: tuple[Name, ...] = ()
+    """The MoE models (ModelSpec.name) whose logs `planner calibrate` fitted this calibration to; () for
+    the catalog's. Fitted on one MoE model, the host's floor and stall follow its expert GEMMs, so
+    planner.evaluate warns where another MoE model is priced with them."""
 
     @model_validator(mode="after")
     def _check(self) -> Calibration:
@@ -1022,8 +1026,9 @@ class ClusterSpec(_Spec):
     """Scale-up fabric."""
     scaleout: ScaleOut
     """Scale-out fabric."""
-    memory_overhead: Bytes
-    """Per-GPU memory outside the ledger (CUDA context, NCCL buffers, allocator fragmentation)."""
+    memory_overhead: _quantity("bytes", ge=0, le=1e15)
+    """Per-GPU memory outside the ledger (CUDA context, NCCL buffers, allocator fragmentation); 0 where
+    `planner calibrate` found the logs' peaks (reserved by the allocator) already within the ledger."""
     calibration: Calibration
     """Fitted efficiency parameters."""
     host: HostSpec | None = None

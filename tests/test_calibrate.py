@@ -708,6 +708,31 @@ def test_moe_runs_recover_the_hosts_time_per_expert_gemm(floor_recovered):
     assert abs(planner.evaluate(m, r.cluster.model_copy(update={"num_nodes": 2}), t, lay).step_time_s / want - 1) < 0.03
 
 
+def test_a_cluster_calibrated_on_one_moe_model_warns_for_another(floor_recovered, recovered, tmp_path):
+    """Fitted on Qwen3-30B-A3B's logs, the host's floor follows its 128 experts of 768; the calibrated cluster
+    (and its YAML) names the model, and evaluate warns where another MoE model is priced with it, not where
+    the same model or a dense one is, nor on the catalog's cluster or one calibrated on dense logs."""
+    m, base, _, r = floor_recovered
+    assert r.cluster.calibration.moe_fitted_on == ("qwen3-30b-a3b",)
+    assert any(n.startswith("fitted on the MoE model qwen3-30b-a3b: plan it with this cluster") for n in r.notes)
+    path = tmp_path / "mine.yaml"
+    path.write_text(planner.calibration.calibrated_yaml(r))
+    mine = planner.load_cluster(str(path), nodes=2)
+    assert mine.calibration.moe_fitted_on == ("qwen3-30b-a3b",)
+    assert r.cluster.memory_overhead == mine.memory_overhead == 0  # the logs' 60 GiB peaks sit under the ledger
+    mixtral, dense = planner.load_model("mixtral-8x7b"), planner.load_model("llama3-8b")
+    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    cases = ((mixtral, Layout(tp=2, dp=8, ep=8, zero_stage=1, sequence_parallel=True)),
+             (m, Layout(tp=1, dp=16, ep=8, zero_stage=1)), (dense, Layout(tp=2, dp=8, zero_stage=1)))
+
+    def warned(cluster, model, lay) -> bool:
+        return any(f"was fitted on the MoE logs of qwen3-30b-a3b, not {model.name}" in w
+                   for w in planner.evaluate(model, cluster, t, lay).warnings)
+    assert [warned(mine, model, lay) for model, lay in cases] == [True, False, False]
+    assert not any(warned(c, mixtral, cases[0][1]) for c in (base, recovered[3].cluster.model_copy(update={"num_nodes": 2})))
+    assert recovered[3].cluster.calibration.moe_fitted_on == ()
+
+
 def test_the_moe_calibrated_cluster_predicts_other_moe_layouts(moe_recovered):
     m, base, truth, r = moe_recovered
     for t, lay in ((TrainingSpec(global_batch_size=64, seq_length=4096), Layout(tp=2, dp=8, ep=8, etp=1, sequence_parallel=True, zero_stage=1)),
