@@ -190,9 +190,10 @@ def explain_rows(text: str) -> int:
         except PlannerError as err:
             print(f"{r.id}: REJECTED: {err}")
             continue
-        pred = p.tokens_per_second / p.num_gpus
-        print(f"{r.id}  {r.layout.short()}\n  measured {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, predicted {pred:,.0f} "
-              f"({pred / r.tokens_per_s_per_gpu - 1:+.1%}); step {p.step_time_s:.3f} s")
+        pred, meas = p.tokens_per_second / p.num_gpus, r.tokens_per_s_per_gpu
+        measured = (f"measured {meas:,.0f} tokens/s/GPU, predicted {pred:,.0f} ({pred / meas - 1:+.1%})" if meas
+                    else f"no throughput published (an out-of-memory run), predicted {pred:,.0f} tokens/s/GPU")
+        print(f"{r.id}  {r.layout.short()}\n  {measured}; step {p.step_time_s:.3f} s")
         print("  terms: " + ", ".join(f"{k} {v:.3f} s" for k, v in p.time.breakdown().items() if v))
         out = output_time(r.model, r.cluster, r.training, r.layout)
         for symbol in sorted(set(r.model.layer_pattern)) if r.model.hybrid else (None,):

@@ -168,8 +168,13 @@ def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
 
     Megatron flags as written; PyTorch DDP ("DDP-impl torch") reduces buckets during backward,
     Megatron's 2021 "local" DDP all-reduces after it; PyTorch FSDP SHARD_GRAD_OP reduce-scatters
-    during backward and prefetches the forward all-gather (its defaults). ZeRO-3 rows are priced
-    by calibration.dp_overlap, so their flags stay off.
+    during backward, and its forward all-gathers run beside the compute although Composer leaves
+    forward_prefetch off (composer/utils/parallelism.py: FSDPConfig): each unit's pre-forward hook
+    queues its all-gather on the unshard stream and only the compute stream waits for it (torch
+    distributed/fsdp/_runtime_utils.py: _pre_forward_unshard), so the host, running ahead, issues
+    it during the previous unit's kernels, and limit_all_gathers never holds it back there
+    (SHARD_GRAD_OP frees nothing after the forward). ZeRO-3 rows are priced by
+    calibration.dp_overlap, so their flags stay off.
     """
     if zero == 3:
         return False, False
