@@ -47,23 +47,38 @@ RECIPES = [  # rows of benchmarks/data/moe_runs.yaml
 ]
 
 
+def dense_runs() -> list:
+    """The rows of DENSE_RECIPES, in that order."""
+    runs = {r.id: r for r in load_runs(low_precision=True)}
+    return [runs[rid] for rid in DENSE_RECIPES]
+
+
+def widened(r) -> dict:
+    """The plan() bound that holds the recipe's layout where the default space cannot (vpp above
+    space.MAX_VPP); {} where it can."""
+    return {"vpp": (1, r.layout.vpp)} if r.layout.vpp > MAX_VPP else {}
+
+
+def dense_search(r, widen: dict):
+    """The planner's proven optimum over a dense recipe's workload (framework 'any': Megatron-LM does not
+    run Apex's optimizer), within the default space or `widen`."""
+    return planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="any", **widen)
+
+
 def dense() -> list[float]:
     """Each dense recipe against the planner's optimum; returns the recipe's extra step time per recipe
     (the widened search's, where the default space cannot express the recipe)."""
-    runs = {r.id: r for r in load_runs(low_precision=True)}
     gains = []
-    for rid in DENSE_RECIPES:
-        r = runs[rid]
+    for r in dense_runs():
+        rid = r.id
         nv = planner.evaluate(r.model, r.cluster, r.training, r.layout)
         print(f"{rid}  ({r.cluster.world_size} GPUs, published {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
               f"measured step {measured_step(r):.2f} s)")
         print(f"  NVIDIA  {nv.layout.short()[:100]}  {nv.step_time_s:.2f} s")
-        spaces = [("default space", {})]
-        if r.layout.vpp > MAX_VPP:
-            spaces.append((f"vpp up to {r.layout.vpp}", {"vpp": (1, r.layout.vpp)}))
+        spaces = [("default space", {})] + ([(f"vpp up to {r.layout.vpp}", widened(r))] if widened(r) else [])
         for name, widen in spaces:
             t0 = time.perf_counter()
-            found = planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="any", **widen)
+            found = dense_search(r, widen)
             best = found.best  # priced on the recipe's own workload already
             gain = nv.step_time_s / best.step_time_s - 1
             print(f"  planner {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({name}: {found.status}, "
