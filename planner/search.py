@@ -23,7 +23,7 @@ from planner.cpsat import MEM_CAP_MIB, TIME_CAP_US, Model, Rows, build_model, bu
 from planner.errors import PlannerError
 from planner.plans import MEM_UNIT_BYTES, Plan, evaluate
 from planner.memory import adam_bytes, offload_host_note, static_memory
-from planner.space import FRAMEWORK_ENGINES, Space, build_space, framework_training, offloaded
+from planner.space import FRAMEWORK_ENGINES, Space, build_space, empty_space_reasons, framework_training, offloaded
 from planner.specs import MAX_GPUS, ClusterSpec, ModelSpec, TrainingSpec
 from planner.uncertainty import peak_for_risk, prediction_error
 
@@ -510,10 +510,13 @@ def _peak_answer(model, cluster, training, rows: Rows, best):
     return peak, _to_plan_layout(rows, f)
 
 
-def _why_no_candidate(space: Space, framework: str | None) -> str:
+def _why_no_candidate(model, cluster, training, space: Space, framework: str | None, constraints) -> str:
     if not space.shapes:
-        return ("no legal layout: no (tp, pp, dp, cp, micro-batch) combination meets the product, divisibility "
-                "and NVLink rules under the constraints")
+        msg = ("no legal layout: no (tp, pp, dp, cp, micro-batch) combination meets the product, divisibility "
+               "and NVLink rules under the constraints")
+        reasons = empty_space_reasons(model, cluster, training, framework=framework, allow_idle=space.allow_idle,
+                                      constraints=constraints)
+        return msg + ("; " + "; ".join(reasons) if reasons else "")
     return (f"no legal layout: the ZeRO stages the constraints allow are not available at the pipeline degrees "
             f"left for framework '{framework or 'any'}' (Megatron and DeepSpeed: ZeRO 2/3 only with pp = 1)")
 
@@ -532,7 +535,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
     min_plan = evaluate(model, cluster, training, found[1], allow_idle=space.allow_idle) if found else None
     min_peak = min_plan.peak_memory_bytes if min_plan else math.inf
     dominant = min_plan.memory.peak_stage.dominant.name if min_plan else "n/a"
-    fit_gpus, searched, timed_out = None, cluster.world_size, not complete
+    fit_gpus, searched, timed_out, legal = None, cluster.world_size, not complete, space.size() > 0
     for k in range(1, max_doublings + 1):
         nodes = cluster.num_nodes * 2**k
         if timed_out or nodes * cluster.gpus_per_node > MAX_GPUS:
@@ -542,6 +545,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
             break
         bigger = cluster.model_copy(update={"num_nodes": nodes})
         sp = build_space(model, bigger, training, framework=framework, constraints=constraints)
+        legal = legal or sp.size() > 0
         hit, done = _min_peak(model, bigger, training, sp, deadline, stop_at=cap)
         if hit is not None and hit[0] <= cap:
             fit_gpus = bigger.world_size
@@ -559,7 +563,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
                f"offloaded optimizer states ({offload_host_note(training)}) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
                f"of host memory per GPU (cluster.host); offload less, or use more GPUs")
     elif min_plan is None and complete:
-        msg = _why_no_candidate(space, framework)
+        msg = _why_no_candidate(model, cluster, training, space, framework, constraints)
     elif min_plan is None:
         msg = "nothing fits (proven); the smallest reachable peak was not determined within the time limit"
     else:
@@ -570,6 +574,8 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
         msg += f"; fits on {fit_gpus} GPUs"
     elif timed_out:
         msg += f"; nothing fits on up to {searched} GPUs (larger clusters not searched within the time limit)"
+    elif not legal:  # a rule, not memory: more GPUs give no legal layout either
+        msg += f"; no cluster of up to {searched} GPUs has a legal one either"
     else:
         msg += f"; nothing fits even on {searched} GPUs"
     if dominant == "optimizer":  # what offload moves off the GPU binds: worth one more search

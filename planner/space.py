@@ -1214,6 +1214,63 @@ def build_space(
     return replace(space, shapes=tuple(sh for sh in shapes if space.fixed_splits(sh.pp, sh.vpp)))
 
 
+_DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch_size", "vpp")
+
+
+def empty_space_reasons(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *,
+                        framework: str | None = None, allow_idle: bool = False,
+                        constraints: dict[str, Any] | None = None) -> list[str]:
+    """Where build_space under `constraints` has no candidate: each constraint without which it has some,
+    as 'name=rule: why', the why from a candidate of the space without it given the constraint's value (the
+    first rule that value breaks there, with its arithmetic); [] where no single constraint is to blame."""
+    constraints = validate_constraints(dict(constraints or {}))
+    fixed = {k: constraints[k] for k in ("tp", "pp", "dp", "cp") if isinstance(constraints.get(k), int)}
+    n, world = math.prod(fixed.values()), cluster.world_size
+    if len(fixed) > 1 and (n > world if allow_idle else world % n):
+        rule = "exceeds" if allow_idle else "does not divide"
+        return [" x ".join(f"{k}({v})" for k, v in fixed.items()) + f" = {n} {rule} world_size({world})"]
+    out = []
+    for name, rule in constraints.items():
+        rest = {k: v for k, v in constraints.items() if k != name}
+        shapes = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle,
+                             constraints=rest).shapes
+        if shapes:
+            out.append(f"{name}={_shown(rule)}: " + _breaks(model, cluster, training, shapes[0], name, rule, allow_idle))
+    return out
+
+
+def _breaks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shape: Shape, name: str, rule: Any,
+            allow_idle: bool) -> str:
+    """Why a degree constraint's value has no place beside `shape` (a candidate without it): the NVLink rule,
+    the experts' or the batch's divisibility, else the first of layout_problems on the shape with that value
+    (dp rescaled to keep the product). Other constraints and ranges: that nothing it allows is legal."""
+    if name not in _DEGREES or not isinstance(rule, (int, frozenset)) or isinstance(rule, bool):
+        return "nothing it allows has a legal layout beside the other constraints"
+    value = rule if isinstance(rule, int) else min(rule)
+    domain, gbs, L = cluster.nvlink_domain_size, training.global_batch_size, model.num_layers
+    if name == "pp" and value > L:
+        return f"pp({value}) > num_layers({L}): every pipeline rank needs a layer"
+    if name == "tp" and domain % value:
+        return (f"tp({value}) must divide the NVLink domain ({domain} GPUs): tensor parallelism never leaves it")
+    if name == "ep" and model.moe is not None and model.moe.num_experts % value:
+        e = model.moe.num_experts
+        return f"num_experts({e}) % ep({value}) = {e % value} != 0"
+    fields = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "micro_batch_size": "mbs",
+              "vpp": "vpp"}
+    lay = replace(shape, **{fields[name]: value})
+    if name in ("tp", "pp", "cp"):
+        rest = cluster.world_size // (lay.tp * lay.pp * lay.cp) if lay.tp * lay.pp * lay.cp else 0
+        lay = replace(lay, dp=max(1, rest))
+    if name in ("micro_batch_size", "dp") and gbs % (lay.dp * lay.mbs):
+        return (f"global_batch_size({gbs}) % (dp({lay.dp}) x micro_batch_size({lay.mbs})) = "
+                f"{gbs % (lay.dp * lay.mbs)} != 0")
+    layout = Layout(tp=lay.tp, pp=lay.pp, dp=lay.dp, cp=lay.cp, micro_batch_size=lay.mbs, vpp=lay.vpp,
+                    sequence_parallel=lay.sp and lay.tp > 1, ep=lay.ep, etp=lay.etp, moe_dispatcher=lay.dispatcher,
+                    ep_overlap=lay.ep_overlap)
+    probs = layout_problems(model, cluster, training, layout, allow_idle=allow_idle, zero_rules=False)
+    return probs[0] if probs else f"it leaves no legal layout beside the others (e.g. {layout.short()})"
+
+
 def _constrained(name: str, constraints: dict[str, Any]) -> bool:
     """Whether a constraint excludes the dense value 1 of an expert degree."""
     return name in constraints and not _allowed(name, 1, constraints)

@@ -76,6 +76,24 @@ def test_infeasibility_analysis_is_bounded_by_the_limit():
             or "nothing fits even on" in r.infeasibility.message
 
 
+@pytest.mark.parametrize("model,kw,why,after", [
+    ("llama3-8b", dict(tp=3), "tp=3: tp(3) must divide the NVLink domain (8 GPUs)", "no cluster of up to"),
+    ("qwen3-30b-a3b", dict(ep=3), "ep=3: num_experts(128) % ep(3) = 2 != 0", "no cluster of up to"),
+    ("llama3-8b", dict(pp=64), "pp=64: pp(64) > num_layers(32)", "no cluster of up to"),
+    ("llama3-8b", dict(tp=8, pp=2, dp=2), "tp(8) x pp(2) x dp(2) = 32 does not divide world_size(8)", "fits on 32 GPUs"),
+    ("llama3-8b", dict(micro_batch_size=5), "micro_batch_size=5: global_batch_size(64) % (dp(", "no cluster of up to"),
+])
+def test_a_constraint_that_leaves_no_legal_layout_is_named_with_its_rule(model, kw, why, after):
+    """Proven infeasible by a rule, not by memory: the message names the constraint and the rule its value
+    breaks (hand arithmetic: 32 heads, 128 experts, 32 layers, 8 GPUs a node, 64 sequences), and says
+    whether more GPUs help instead of 'nothing fits even on N GPUs'."""
+    r = plan(load_model(model), load_cluster("dgx-h100", nodes=1), planner.TrainingSpec(global_batch_size=64,
+             seq_length=4096), time_limit_s=30, **kw)
+    msg = r.infeasibility.message
+    assert r.status == "infeasible" and msg.startswith("no legal layout") and why in msg and after in msg, msg
+    assert "nothing fits even" not in msg
+
+
 # --- API arguments and constraints -------------------------------------------------------------
 
 @pytest.mark.parametrize("kw,name", [
