@@ -1120,8 +1120,8 @@ def _pieces_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, l
         for c, n in symbols_on(model, layout, stage).items():  # a hybrid model's other kinds of layer
             if c != base_symbol:
                 instead(n, _kind_time(model, cluster, training, layout, c))
-        bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False, "fp8_attention": False})
         for c, k in bf16_kinds_on(model, training, layout, stage).items():  # BF16 first/last layers, by kind
+            bf16 = training.model_copy(update={"fp8": None, "fp8_param_gather": False, "fp8_attention": False})
             instead(k, _kind_time(model, cluster, bf16, layout, c), _kind_time(model, cluster, training, layout, c))
         acc, acc_fixed = _accumulation_terms(model, cluster, training, layout, stage, d)
         offsets.append(acc_fixed)

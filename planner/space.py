@@ -537,13 +537,13 @@ def check_offload(cluster: ClusterSpec, training: TrainingSpec) -> None:
 def check_layout(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, *, allow_idle: bool = False
 ) -> None:
-    """Raise InvalidLayout naming the first broken rule with its arithmetic (the rest counted)."""
+    """Raise InvalidLayout naming every broken rule with its arithmetic, on one line (a layout with several
+    mistakes is fixed in one go)."""
     check_precision(cluster, training)
     check_offload(cluster, training)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
-        more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        raise InvalidLayout(f"invalid layout: {bad[0]}{more}")
+        raise InvalidLayout("invalid layout: " + "; ".join(bad))
 
 
 # ---------------------------------------------------------------------------------------------

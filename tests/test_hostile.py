@@ -94,6 +94,21 @@ def test_a_constraint_that_leaves_no_legal_layout_is_named_with_its_rule(model, 
     assert "nothing fits even" not in msg
 
 
+def test_a_layout_with_several_mistakes_names_them_all_on_one_line():
+    """DeepSeek-V3 on 1,024 GPUs at tp 2, pp 16, ep 64 breaks four rules (hand arithmetic: tp x dp = 2 x 32 = 64 is
+    no multiple of ep x etp = 128; MoE and MLA with TP need sequence parallelism; 61 layers over 16 ranks leave
+    13): the user sees all four at once, not the first and a count."""
+    m, c = load_model("deepseek-v3"), load_cluster("dgx-h100", nodes=128)
+    t = planner.TrainingSpec(global_batch_size=8192, seq_length=4096)
+    with pytest.raises(planner.errors.InvalidLayout) as err:
+        planner.evaluate(m, c, t, planner.Layout(tp=2, pp=16, dp=32, ep=64, zero_stage=1))
+    msg = str(err.value)
+    assert "\n" not in msg and "more)" not in msg
+    for rule in ("tp(2)*cp(1)*dp(32) = 64 is not a multiple of ep(64)*etp(2)", "MoE with tp(2) > 1 needs sequence_parallel",
+                 "multi-latent attention with tp(2) > 1", "num_layers(61) % pp(16) = 13 != 0"):
+        assert rule in msg, msg
+
+
 # --- API arguments and constraints -------------------------------------------------------------
 
 @pytest.mark.parametrize("kw,name", [
