@@ -402,6 +402,19 @@ def _status_line(r) -> str:
     return "unknown: the time limit ended the search; the best layout found so far, nothing proven (raise --time-limit)"
 
 
+LIMIT_MARGIN = 0.8
+"""A search that used more than this share of --time-limit ends with a note: on a slower or busier machine the
+same run may end 'unknown' (DeepSeek-V3's default run takes ~10 s of its 10 on a 2-core machine)."""
+
+
+def _limit_note(status: str, solve_time_s: float, limit_s: float) -> str | None:
+    """The note for a proof or a search that came close to the time limit, or None."""
+    if status not in ("optimal", "feasible") or solve_time_s < LIMIT_MARGIN * limit_s:
+        return None
+    return (f"the search used {solve_time_s:.1f} s of its {limit_s:g} s limit: on a slower or busier machine the "
+            f"same run may end 'unknown'; give it more there (--time-limit {max(30, 3 * round(limit_s)):d})")
+
+
 def _flag_bound(bound: str) -> str:
     """A default cap of the space as the CLI widens it (the API's constraint=(1, N) is the flag's 1:N)."""
     for key, flag in (("micro_batch_size", "--micro-batch-size"), ("vpp", "--vpp"), ("cp", "--cp")):
@@ -445,6 +458,9 @@ def _cmd_plan(a, out: Console) -> int:
         out.print(f"[yellow]unknown[/]: {_u(r.explanation[0])}")
         return EXIT_UNKNOWN
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
+    note = _limit_note(r.status, r.solve_time_s, a.time_limit)
+    if note:
+        out.print(f"note: {note}", markup=False)
     if r.bounds:
         out.print(f"space: {_u('; '.join(_flag_bound(b) for b in r.bounds))}", markup=False)
     if choice:

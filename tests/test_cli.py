@@ -353,3 +353,22 @@ def test_plan_names_the_default_caps_of_its_space():
                         "--seq-length", "8192", "--time-limit", "60", "--vpp", "1:20", "--cp", "1:4", "--json"])
     assert code == 0
     assert json.loads(out)["space_bounds"] == ["micro-batch <= 8 (micro_batch_size=(1, N) widens it)"]
+
+
+def test_a_search_close_to_its_time_limit_says_so(monkeypatch):
+    """A proof that used most of --time-limit ends with a note (the same run may end 'unknown' on a slower
+    machine), naming a limit that leaves room; not below LIMIT_MARGIN of it, nor where the status already says
+    the limit ended the search."""
+    import planner.cli as cli
+
+    assert cli._limit_note("optimal", 9.99, 10.0) == ("the search used 10.0 s of its 10 s limit: on a slower or "
+                                                     "busier machine the same run may end 'unknown'; give it more "
+                                                     "there (--time-limit 30)")
+    assert "(--time-limit 180)" in cli._limit_note("feasible", 59.0, 60.0)
+    assert cli._limit_note("optimal", 7.9, 10.0) is None and cli._limit_note("unknown", 10.0, 10.0) is None
+    args = ["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096"]
+    code, out, _ = run(args)
+    assert code == 0 and "note: the search used" not in out
+    monkeypatch.setattr(cli, "LIMIT_MARGIN", 0.0)
+    code, out, _ = run(args)
+    assert code == 0 and "note: the search used" in out and "of its 10 s limit" in out
