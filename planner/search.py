@@ -510,12 +510,13 @@ def _peak_answer(model, cluster, training, rows: Rows, best):
     return peak, _to_plan_layout(rows, f)
 
 
-def _why_no_candidate(model, cluster, training, space: Space, framework: str | None, constraints) -> str:
+def _why_no_candidate(model, cluster, training, space: Space, framework: str | None, constraints,
+                      deadline: float) -> str:
     if not space.shapes:
         msg = ("no legal layout: no (tp, pp, dp, cp, micro-batch) combination meets the product, divisibility "
                "and NVLink rules under the constraints")
         reasons = empty_space_reasons(model, cluster, training, framework=framework, allow_idle=space.allow_idle,
-                                      constraints=constraints)
+                                      constraints=constraints, deadline=deadline)
         return msg + ("; " + "; ".join(reasons) if reasons else "")
     return (f"no legal layout: the ZeRO stages the constraints allow are not available at the pipeline degrees "
             f"left for framework '{framework or 'any'}' (Megatron and DeepSpeed: ZeRO 2/3 only with pp = 1)")
@@ -563,7 +564,7 @@ def explain_infeasible(model, cluster, training, space: Space | None = None, *, 
                f"offloaded optimizer states ({offload_host_note(training)}) exceed the {cluster.host_memory_per_gpu / 2**30:.1f} GiB "
                f"of host memory per GPU (cluster.host); offload less, or use more GPUs")
     elif min_plan is None and complete:
-        msg = _why_no_candidate(model, cluster, training, space, framework, constraints)
+        msg = _why_no_candidate(model, cluster, training, space, framework, constraints, deadline)
     elif min_plan is None:
         msg = "nothing fits (proven); the smallest reachable peak was not determined within the time limit"
     else:

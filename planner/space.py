@@ -551,6 +551,7 @@ def check_layout(
 # ---------------------------------------------------------------------------------------------
 
 import math  # noqa: E402
+import time  # noqa: E402
 from dataclasses import dataclass, replace  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -1219,10 +1220,12 @@ _DEGREES = ("tp", "pp", "dp", "cp", "ep", "etp", "micro_batch_size", "vpp")
 
 def empty_space_reasons(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, *,
                         framework: str | None = None, allow_idle: bool = False,
-                        constraints: dict[str, Any] | None = None) -> list[str]:
+                        constraints: dict[str, Any] | None = None, deadline: float | None = None) -> list[str]:
     """Where build_space under `constraints` has no candidate: each constraint without which it has some,
     as 'name=rule: why', the why from a candidate of the space without it given the constraint's value (the
-    first rule that value breaks there, with its arithmetic); [] where no single constraint is to blame."""
+    first rule that value breaks there, with its arithmetic); [] where no single constraint is to blame.
+    Past `deadline` (a time.perf_counter() value) the constraints left are not tried, and the last entry
+    says so."""
     constraints = validate_constraints(dict(constraints or {}))
     fixed = {k: constraints[k] for k in ("tp", "pp", "dp", "cp") if isinstance(constraints.get(k), int)}
     n, world = math.prod(fixed.values()), cluster.world_size
@@ -1231,6 +1234,10 @@ def empty_space_reasons(model: ModelSpec, cluster: ClusterSpec, training: Traini
         return [" x ".join(f"{k}({v})" for k, v in fixed.items()) + f" = {n} {rule} world_size({world})"]
     out = []
     for name, rule in constraints.items():
+        if deadline is not None and time.perf_counter() > deadline:
+            out.append(f"{'the other constraints' if out else 'the constraints'} not checked one by one within the "
+                       "time limit")
+            break
         rest = {k: v for k, v in constraints.items() if k != name}
         shapes = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle,
                              constraints=rest).shapes
@@ -1255,12 +1262,9 @@ def _breaks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shap
     if name == "ep" and model.moe is not None and model.moe.num_experts % value:
         e = model.moe.num_experts
         return f"num_experts({e}) % ep({value}) = {e % value} != 0"
-    fields = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "etp": "etp", "micro_batch_size": "mbs",
-              "vpp": "vpp"}
-    lay = replace(shape, **{fields[name]: value})
-    if name in ("tp", "pp", "cp"):
-        rest = cluster.world_size // (lay.tp * lay.pp * lay.cp) if lay.tp * lay.pp * lay.cp else 0
-        lay = replace(lay, dp=max(1, rest))
+    lay = replace(shape, **{{"micro_batch_size": "mbs"}.get(name, name): value})
+    if name in ("tp", "pp", "cp"):  # the data-parallel degree that keeps the product
+        lay = replace(lay, dp=max(1, cluster.world_size // (lay.tp * lay.pp * lay.cp)))
     if name in ("micro_batch_size", "dp") and gbs % (lay.dp * lay.mbs):
         return (f"global_batch_size({gbs}) % (dp({lay.dp}) x micro_batch_size({lay.mbs})) = "
                 f"{gbs % (lay.dp * lay.mbs)} != 0")

@@ -94,6 +94,17 @@ def test_a_constraint_that_leaves_no_legal_layout_is_named_with_its_rule(model, 
     assert "nothing fits even" not in msg
 
 
+def test_the_rule_search_of_an_empty_space_keeps_to_its_deadline():
+    """Each constraint is tried by rebuilding the space without it; past the deadline none is, and it says so."""
+    from planner.space import empty_space_reasons
+
+    m, c, t = load_model("llama3-8b"), load_cluster("dgx-h100", nodes=1), planner.TrainingSpec(global_batch_size=64,
+                                                                                                  seq_length=4096)
+    assert empty_space_reasons(m, c, t, constraints={"tp": 3, "zero_stage": 1}, deadline=0.0) == [
+        "the constraints not checked one by one within the time limit"]
+    assert empty_space_reasons(m, c, t, constraints={"tp": 3, "zero_stage": 1})[0].startswith("tp=3: tp(3) must divide")
+
+
 def test_a_layout_with_several_mistakes_names_them_all_on_one_line():
     """DeepSeek-V3 on 1,024 GPUs at tp 2, pp 16, ep 64 breaks four rules (hand arithmetic: tp x dp = 2 x 32 = 64 is
     no multiple of ep x etp = 128; MoE and MLA with TP need sequence parallelism; 61 layers over 16 ranks leave
