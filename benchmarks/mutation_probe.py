@@ -557,12 +557,6 @@ MUTANTS = [
      '"calibration": cal,', "calibrate: the MoE models it followed not recorded"),
     ("planner/calibration.py", "return max(0.0, total / prec)", "return max(1.0, total / prec)",
      "calibrate: an overhead fitted to 0 floored (it must load as 0)"),
-    ("planner/search.py", "legal = legal or sp.size() > 0", "legal = True",
-     "infeasible: a rule's empty space called 'nothing fits even on N GPUs'"),
-    ("planner/space.py", 'if name == "tp" and domain % value:', "if False:",
-     "infeasible: a TP outside the NVLink domain not named"),
-    ("planner/space.py", "if len(fixed) > 1 and (n > world if allow_idle else world % n):", "if False:",
-     "infeasible: fixed degrees whose product misses the world not named together"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])
