@@ -139,6 +139,16 @@ class Rows:
         """L."""
         return self.problem[0].num_layers
 
+    def restricted(self, keep) -> Rows:
+        """The rows of a sub-space of this one, sharing the row objects (and what materialise fills in):
+        the pipeline rows whose (shape, recompute option) `keep` accepts, and the static rows of their
+        shapes. A search over them is a search over build_space's rows under the added constraint (pp = 1,
+        or no recompute) where these rows are complete."""
+        pipe = [r for r in self.pipe if keep(self.space.shapes[r.shape], self.space.rc_options(self.space.shapes[r.shape])[r.rc])]
+        shapes = {r.shape for r in pipe}
+        return Rows(self.space, self.problem, pipe, [r for r in self.static if r.shape in shapes], self.capacity_mib,
+                    self.complete, 0, self._updates)
+
     def pairs(self) -> list[tuple[int, int]]:
         """Every (pipeline row, static row) pair of the same shape, by lower bound, then row order."""
         if self._pairs is None:

@@ -252,13 +252,15 @@ def _constraints(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _solve_space(model, cluster, training, space, deadline, top_k, stats: SearchStats | None = None,
-                 start: float | None = None):
-    """Best plus top_k - 1 alternatives by `deadline` (a time.perf_counter() value).
+                 start: float | None = None, rows: Rows | None = None):
+    """Best plus top_k - 1 alternatives by `deadline` (a time.perf_counter() value), over `rows` where
+    given (a sub-space of rows already priced: Rows.restricted), else over space's, priced here.
 
     Returns (status, plans, gap, rows). 'infeasible' only when the rows are complete and no
     configuration has a split that fits; 'unknown' whenever time ran out before a proof."""
     start = time.perf_counter() if start is None else start
-    rows = build_rows(model, cluster, training, space, deadline=start + TABLE_SHARE * (deadline - start))
+    if rows is None:
+        rows = build_rows(model, cluster, training, space, deadline=start + TABLE_SHARE * (deadline - start))
     if not rows.pipe and rows.too_slow and rows.complete:
         raise PlannerError(f"every layout would take more than {TIME_CAP_US * 1e-6 / 86400:.0f} days per step: "
                            "check global_batch_size, seq_length and the model's sizes")
@@ -370,7 +372,7 @@ def plan(
     cons = _constraints(constraints)
     space = build_space(model, cluster, training, framework=framework, allow_idle=allow_idle, constraints=cons)
     stats = SearchStats()
-    status, plans, gap, _ = _solve_space(model, cluster, training, space, deadline, top_k, stats, start)
+    status, plans, gap, rows = _solve_space(model, cluster, training, space, deadline, top_k, stats, start)
     if not plans:
         if status == "infeasible":
             inf = explain_infeasible(model, cluster, training, space, framework=framework, constraints=cons,
@@ -384,7 +386,7 @@ def plan(
     best = plans[0]
     alts: list[Alternative] = []
     if structural:
-        alts = _structural(model, cluster, training, best, framework, cons, deadline)
+        alts = _structural(model, cluster, training, best, framework, cons, deadline, rows)
     return PlanResult(status, best, tuple(plans[1:]), tuple(alts), gap, time.perf_counter() - start, space.size(),
                       _explain(best, plans, status), None, stats, bounds=space.bounds)
 
@@ -418,14 +420,20 @@ def _binds(p: Plan) -> str:
     return f"time: {head:.0%} memory headroom left"
 
 
-def _structural(model, cluster, training, best: Plan, framework, cons, deadline: float) -> list[Alternative]:
+def _structural(model, cluster, training, best: Plan, framework, cons, deadline: float,
+                rows: Rows | None = None) -> list[Alternative]:
+    """The best without PP, without recompute (searched over the main search's own rows where they are complete:
+    Rows.restricted) and on half the GPUs (searched afresh)."""
     out = []
-    variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster, best.layout.pp == 1),
-                ("best without recomputation", dict(cons, recompute="none"), cluster, best.layout.recompute == "none")]
+    reuse = rows is not None and rows.complete
+    variants = [("best without pipeline parallelism", dict(cons, pp=1), cluster, best.layout.pp == 1,
+                 rows.restricted(lambda sh, rc: sh.pp == 1) if reuse else None),
+                ("best without recomputation", dict(cons, recompute="none"), cluster, best.layout.recompute == "none",
+                 rows.restricted(lambda sh, rc: rc[0] == "none") if reuse else None)]
     if cluster.num_nodes >= 2 and cluster.num_nodes % 2 == 0:
         half = cluster.model_copy(update={"num_nodes": cluster.num_nodes // 2})
-        variants.append(("best on half the GPUs", cons, half, False))
-    for label, c, cl, best_qualifies in variants:
+        variants.append(("best on half the GPUs", cons, half, False, None))
+    for label, c, cl, best_qualifies, sub in variants:
         if best_qualifies:
             out.append(Alternative(label, best, 0.0, "the best plan already qualifies"))
             continue
@@ -434,8 +442,10 @@ def _structural(model, cluster, training, best: Plan, framework, cons, deadline:
             out.append(Alternative(label, None, None, "not computed: the time limit was reached"))
             continue
         try:
-            sp = build_space(model, cl, training, framework=framework, constraints=c)
-            st, plans, _, _ = _solve_space(model, cl, training, sp, time.perf_counter() + left / 2, 1)
+            sp = sub.space if sub is not None and sub.pipe else build_space(model, cl, training, framework=framework,
+                                                                              constraints=c)
+            st, plans, _, _ = _solve_space(model, cl, training, sp, time.perf_counter() + left / 2, 1,
+                                           rows=sub if sub is not None and sub.pipe else None)
         except PlannerError as err:
             out.append(Alternative(label, None, None, str(err)))
             continue

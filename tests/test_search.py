@@ -573,3 +573,35 @@ def test_static_rows_bound_the_update_of_every_split(inst):
         least = min(update_time(model, cluster, training, flat.model_copy(update={"pipeline_layers": s})).units
                     for s in splits)
         assert row.lower <= least, (sh, row.zero, row.lower, least)
+
+
+@pytest.mark.parametrize("model,nodes,gbs", [("qwen3-30b-a3b", 2, 256), ("gpt3-175b", 16, 1536)])
+def test_structural_options_over_the_main_rows_equal_their_own_searches(model, nodes, gbs):
+    """'Best without PP' and 'best without recomputation' search the main search's own rows, restricted
+    (cpsat.Rows.restricted), instead of pricing a sub-space again: each must equal plan() with that constraint
+    (Qwen3-30B-A3B's best recomputes and pipelines, so both are searched; GPT-3 175B's pipelines)."""
+    m = planner.load_model(model)
+    c = planner.load_cluster("dgx-h100" if model.startswith("qwen") else "dgx-a100-80g", nodes=nodes)
+    t = TrainingSpec(global_batch_size=gbs, seq_length=4096 if model.startswith("qwen") else 2048)
+    r = plan(m, c, t, time_limit_s=120)
+    searched = 0
+    for alt, extra in zip(r.structural[:2], ({"pp": 1}, {"recompute": "none"})):
+        own = plan(m, c, t, time_limit_s=120, structural=False, **extra)
+        assert own.status == "optimal" and alt.plan is not None
+        assert alt.plan.layout == own.best.layout and alt.plan.step_time_s == own.best.step_time_s, alt.label
+        searched += alt.binds != "the best plan already qualifies"
+    assert searched >= 1
+
+
+def test_restricted_rows_keep_only_the_sub_space():
+    from planner.cpsat import build_rows
+    from planner.space import build_space
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192)
+    sp = build_space(m, c, t, framework="megatron")
+    rows = build_rows(m, c, t, sp)
+    sub = rows.restricted(lambda sh, rc: sh.pp == 1 and rc[0] == "none")
+    assert sub.pipe and len(sub.pipe) < len(rows.pipe) and sub.space is sp
+    assert all(sp.shapes[p.shape].pp == 1 and sp.rc_options(sp.shapes[p.shape])[p.rc][0] == "none" for p in sub.pipe)
+    assert {s.shape for s in sub.static} == {p.shape for p in sub.pipe} and all(p in rows.pipe for p in sub.pipe)
