@@ -144,7 +144,8 @@ class Rows:
         the pipeline rows whose (shape, recompute option) `keep` accepts, and the static rows of their
         shapes. A search over them is a search over build_space's rows under the added constraint (pp = 1,
         or no recompute) where these rows are complete."""
-        pipe = [r for r in self.pipe if keep(self.space.shapes[r.shape], self.space.rc_options(self.space.shapes[r.shape])[r.rc])]
+        shape_of = self.space.shapes
+        pipe = [r for r in self.pipe if keep(shape_of[r.shape], self.space.rc_options(shape_of[r.shape])[r.rc])]
         shapes = {r.shape for r in pipe}
         return Rows(self.space, self.problem, pipe, [r for r in self.static if r.shape in shapes], self.capacity_mib,
                     self.complete, 0, self._updates)
