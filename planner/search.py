@@ -441,11 +441,10 @@ def _structural(model, cluster, training, best: Plan, framework, cons, deadline:
         if left <= 0:
             out.append(Alternative(label, None, None, "not computed: the time limit was reached"))
             continue
+        sub = sub if sub is not None and sub.pipe else None  # an empty restriction is searched afresh
         try:
-            sp = sub.space if sub is not None and sub.pipe else build_space(model, cl, training, framework=framework,
-                                                                              constraints=c)
-            st, plans, _, _ = _solve_space(model, cl, training, sp, time.perf_counter() + left / 2, 1,
-                                           rows=sub if sub is not None and sub.pipe else None)
+            sp = sub.space if sub else build_space(model, cl, training, framework=framework, constraints=c)
+            st, plans, _, _ = _solve_space(model, cl, training, sp, time.perf_counter() + left / 2, 1, rows=sub)
         except PlannerError as err:
             out.append(Alternative(label, None, None, str(err)))
             continue

@@ -1248,9 +1248,10 @@ def empty_space_reasons(model: ModelSpec, cluster: ClusterSpec, training: Traini
 
 def _breaks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shape: Shape, name: str, rule: Any,
             allow_idle: bool) -> str:
-    """Why a degree constraint's value has no place beside `shape` (a candidate without it): the NVLink rule,
-    the experts' or the batch's divisibility, else the first of layout_problems on the shape with that value
-    (dp rescaled to keep the product). Other constraints and ranges: that nothing it allows is legal."""
+    """Why a degree constraint's value has no place beside `shape` (a candidate without it): the rules build_space
+    enumerates by (pp <= num_layers, tp inside the NVLink domain), the batch's divisibility (before the product
+    rule a changed dp would break), else the first of layout_problems on the shape with that value (dp rescaled
+    to keep the product). Other constraints and ranges: that nothing it allows is legal."""
     if name not in _DEGREES or not isinstance(rule, (int, frozenset)) or isinstance(rule, bool):
         return "nothing it allows has a legal layout beside the other constraints"
     value = rule if isinstance(rule, int) else min(rule)
@@ -1259,9 +1260,6 @@ def _breaks(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, shap
         return f"pp({value}) > num_layers({L}): every pipeline rank needs a layer"
     if name == "tp" and domain % value:
         return (f"tp({value}) must divide the NVLink domain ({domain} GPUs): tensor parallelism never leaves it")
-    if name == "ep" and model.moe is not None and model.moe.num_experts % value:
-        e = model.moe.num_experts
-        return f"num_experts({e}) % ep({value}) = {e % value} != 0"
     lay = replace(shape, **{{"micro_batch_size": "mbs"}.get(name, name): value})
     if name in ("tp", "pp", "cp"):  # the data-parallel degree that keeps the product
         lay = replace(lay, dp=max(1, cluster.world_size // (lay.tp * lay.pp * lay.cp)))
