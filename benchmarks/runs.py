@@ -40,6 +40,15 @@ class Run:
     oom: bool
 
 
+HBM2E_H100_BANDWIDTH = 2.4e12
+"""HBM bandwidth of the H100 SXM with 96 GB of HBM2e on which torchtitan published its H100 runs: "96GB HBM2e
+with 2.4 TB/sec peak memory bandwidth", run at its default 500 W [torchtitan@b5bcd76 benchmarks/
+llama3_h100_202412_torchtitan.md, Hardware]; DGX H100's HBM3 gives 3.35. ASSUMPTION: the "HBM2e based lower TDP
+SXM H100 (95GB)" of the January 2025 page [torchtitan@3278a52 docs/performance.md] is the same part. Its tensor
+peak is not known ("between SXM and NVL", both pages): the rows keep the SXM's 989 TFLOP/s, an upper bound, so
+those rows' predictions are upper bounds on the speed the power cap allows."""
+
+
 def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
     nodes = max(1, num_gpus // gpn)
     if gpu_type.startswith("A100-SXM-80GB"):
@@ -58,9 +67,9 @@ def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
         return planner.load_cluster("h800", nodes=nodes)
     if gpu_type.startswith("H100"):
         c = planner.load_cluster("dgx-h100", nodes=nodes)
-        for mem in ("96GB", "95GB"):  # HBM2e variants: same compute, more memory
+        for mem in ("96GB", "95GB"):  # Meta's lower-TDP HBM2e parts (torchtitan's H100 rows)
             if mem in gpu_type.replace(" ", ""):
-                gpu = c.gpu.model_copy(update={"memory": float(mem[:2]) * 1e9})
+                gpu = c.gpu.model_copy(update={"memory": float(mem[:2]) * 1e9, "hbm_bandwidth": HBM2E_H100_BANDWIDTH})
                 c = c.model_copy(update={"gpu": gpu})
         return c
     return None

@@ -104,6 +104,24 @@ def test_a_fit_reuses_a_row_only_across_fields_its_kernels_do_not_read():
             assert ("elementwise_passes" in moves) == (kernels == "fused") and calibrate.read_by(kernels, "dp_overlap")
 
 
+def test_catalog_h100_eager_parameters_are_calibrates_fit():
+    """The catalog's H100 eager-kernel parameters (attention, memory-bound passes, FSDP overlap) are what
+    their provenance says: benchmarks/calibrate.py's grid optimum on the H100 rows, so a change to the
+    cost model or to how a row is priced that moves the optimum fails here until the catalog is refitted
+    (it had sat at 0.2 / 130 / 0.25 against the catalog's 0.15 / 60 / 0 while torchtitan's HBM2e rows were
+    priced on DGX H100's bandwidth). Every cluster that reuses the H100 fit holds the same values."""
+    import calibrate
+
+    runs = [r for r in load_runs() if calibrate.generation(r.cluster.name) == "dgx-h100" and not r.oom]
+    grid = {k: v for k, v in calibrate.GRID.items() if k != "elementwise_passes"}  # no fused H100 BF16 row
+    _, best, _ = calibrate.fit(runs, calibrate.prior_of(runs[0].cluster, grid), grid)
+    h100 = planner.load_cluster("dgx-h100").calibration
+    assert best == {k: getattr(h100, k) for k in grid}
+    for name in ("dgx-b200", "dgx-b300", "gb200-nvl72", "gb300-nvl72", "h800", "hgx-h200", "mi300x"):
+        cal = planner.load_cluster(name).calibration
+        assert {k: getattr(cal, k) for k in grid} == best, name
+
+
 @pytest.fixture(scope="module")
 def out_of_sample():
     """Per workload (dense BF16/FP16, dense FP8, MoE): ln(measured / predicted step time) of every

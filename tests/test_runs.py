@@ -100,3 +100,17 @@ def test_moe_rows_run_fp8_attention_where_their_recipe_does():
     for rid in ("mbridge_26.04_dgx-gb300_deepseek_v3_256gpu_mxfp8", "mbridge_26.06_dgx-b300_gpt_oss_120b_64gpu_mxfp8",
                 "mbridge_26.06_dgx-h100_qwen3_30b_a3b_16gpu_fp8", "dgxc_v25.05_grok1_314b_gb200_128gpu_fp8"):
         assert not runs[rid].training.fp8_attention, rid
+
+
+@pytest.mark.parametrize("gpu_type,memory", [
+    ("H100-SXM 96GB HBM2e (Meta Grand Teton, 500W power limit)", 96e9),  # torchtitan 2024-12's own words
+    ("H100-SXM 95GB HBM2e (lower TDP)", 95e9),
+])
+def test_meta_hbm2e_h100_rows_run_on_2_4_tb_s(tmp_path, gpu_type, memory):
+    """torchtitan's H100 rows ran on 96 GB of HBM2e "with 2.4 TB/sec peak memory bandwidth"
+    (benchmarks/llama3_h100_202412_torchtitan.md), not DGX H100's 3.35 TB/s of HBM3; the tensor peak
+    stays the SXM's, an upper bound ("between SXM and NVL")."""
+    h100 = _load(tmp_path, _row(gpu_type="H100-SXM-80GB", num_gpus=8, gpus_per_node=8)).cluster.gpu
+    gpu = _load(tmp_path, _row(gpu_type=gpu_type, num_gpus=8, gpus_per_node=8)).cluster.gpu
+    assert gpu.hbm_bandwidth == 2.4e12 and h100.hbm_bandwidth == pytest.approx(3.35e12, rel=0.01)
+    assert gpu.memory == memory and gpu.peak_bf16_flops == h100.peak_bf16_flops
