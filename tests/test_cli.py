@@ -366,6 +366,18 @@ def test_a_search_close_to_its_time_limit_says_so(monkeypatch):
                                                      "there (--time-limit 30)")
     assert "(--time-limit 180)" in cli._limit_note("feasible", 59.0, 60.0)
     assert cli._limit_note("optimal", 7.9, 10.0) is None and cli._limit_note("unknown", 10.0, 10.0) is None
+    # a proof well inside the limit: the structural options took the rest, and the note says that instead
+    assert cli._limit_note("optimal", 9.3, 10.0, 6.5, 1) == ("proven in 6.5 s of the 10 s limit; the time left did not "
+                                                           "finish 1 of the structurally different options; give "
+                                                           "them more (--time-limit 30)")
+    assert cli._limit_note("optimal", 9.3, 10.0, 6.5).startswith("proven in 6.5 s; the structurally different options "
+                                                                 "took the rest of the 10 s limit")
+    assert cli._limit_note("optimal", 5.0, 10.0, 4.0) is None
+    assert "may end 'unknown'" in cli._limit_note("optimal", 9.9, 10.0, 8.5, 1)  # the proof itself was close
+    from planner.search import Alternative
+    assert cli._unfinished([Alternative("a", None, None, "not computed: the time limit was reached"),
+                            Alternative("b", None, None, "none found within the time limit (not proven)"),
+                            Alternative("c", None, None, "nothing fits in memory under this restriction")]) == 2
     args = ["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096"]
     code, out, _ = run(args)
     assert code == 0 and "note: the search used" not in out
