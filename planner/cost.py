@@ -1177,8 +1177,12 @@ def loss_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """Seconds of the loss's memory-bound passes over one micro-batch's logits on the last pipeline rank:
     loss_traffic_bytes over its b s / cp tokens and V / tp vocabulary columns, at the HBM bandwidth the
     elementwise passes get. Full recomputation does not re-run it (the loss is outside the layers)."""
-    logits = layout.micro_batch_size * training.seq_length / layout.cp * model.vocab_size / layout.tp
-    return loss_traffic_bytes(training, layout.tp) * logits / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
+    return _loss_seconds(model, cluster, training, layout.micro_batch_size, layout.cp, layout.tp)
+
+
+def _loss_seconds(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b: int, cp: int, tp: int) -> float:
+    logits = b * training.seq_length / cp * model.vocab_size / tp
+    return loss_traffic_bytes(training, tp) * logits / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency)
 
 
 @dataclass(frozen=True)
@@ -1199,14 +1203,20 @@ class OutputTime:
 
 def output_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout) -> OutputTime:
     """The last rank's output layer and loss for one micro-batch."""
-    n, tp = training.loss_chunks, layout.tp
-    tokens = layout.micro_batch_size * training.seq_length / layout.cp
+    return _output_time(model, cluster, training, layout.micro_batch_size, layout.cp, layout.tp)
+
+
+@memo()
+def _output_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b: int, cp: int, tp: int) -> OutputTime:
+    """output_time of a micro-batch of b sequences under cp and tp (what it reads of the layout)."""
+    n = training.loss_chunks
+    tokens = b * training.seq_length / cp
     gemm = 3 * n * _gemm_time(cluster, [2 * tokens / n * model.hidden_size * model.vocab_size / tp])
     if n > 1:
         out_params = model.vocab_size * model.hidden_size / tp
         gemm += ((n - 1) * torchtitan_engine.ACCUMULATE_BYTES * out_params
                  / (cluster.gpu.hbm_bandwidth * cluster.calibration.hbm_efficiency))
-    return OutputTime(gemm, loss_seconds(model, cluster, training, layout))
+    return OutputTime(gemm, _loss_seconds(model, cluster, training, b, cp, tp))
 
 
 def _mtp_terms(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, lt: LayerTime,
@@ -1244,9 +1254,14 @@ def mtp_head_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     of the layer). 0 without MTP."""
     if not model.mtp_layers:
         return 0.0
-    tokens, h = layout.micro_batch_size * training.seq_length / layout.cp, model.hidden_size
-    proj = 3 * _gemm_time(cluster, [2 * tokens * 2 * h * h / layout.tp])
-    return model.mtp_layers * (proj + output_time(model, cluster, training, layout).total)
+    return _mtp_head_time(model, cluster, training, layout.micro_batch_size, layout.cp, layout.tp)
+
+
+@memo()
+def _mtp_head_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b: int, cp: int, tp: int) -> float:
+    tokens, h = b * training.seq_length / cp, model.hidden_size
+    proj = 3 * _gemm_time(cluster, [2 * tokens * 2 * h * h / tp])
+    return model.mtp_layers * (proj + _output_time(model, cluster, training, b, cp, tp).total)
 
 
 def accumulates_apart(training: TrainingSpec) -> bool:
