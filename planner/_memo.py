@@ -17,7 +17,9 @@ def memo(maxsize: int = 1 << 16):
 
         @wraps(fn)
         def wrapper(*args, **kwargs):
-            key = tuple(id(a) if isinstance(a, BaseModel) else a for a in args) + tuple(sorted(kwargs.items()))
+            key = tuple([id(a) if isinstance(a, BaseModel) else a for a in args])
+            if kwargs:
+                key += tuple(sorted(kwargs.items()))
             hit = cache.get(key)
             if hit is not None:
                 return hit[0]
