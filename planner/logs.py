@@ -81,6 +81,12 @@ class LogMeasurement:
     config: dict[str, str] = field(default_factory=dict, repr=False)
     """DeepSpeed's printed configuration (DeepSpeedConfig.print: train_batch_size,
     train_micro_batch_size_per_gpu, zero_optimization_stage, world_size = the data-parallel size, ...)."""
+    compiled: bool | None = None
+    """torchtitan: whether it compiled its blocks -- True where the log has the line apply_compile prints
+    ('Compiling each TransformerBlock with torch.compile'), False where it shows the model being built (the
+    'Model … size: N total parameters' line, logged before the model is parallelised and compiled) without
+    it, None where the log starts later [pytorch/torchtitan@b5bcd76 torchtitan/distributed/compile.py:
+    apply_compile; trainer.py: Trainer.__init__; the same lines at 9dec370, parallelize_llama.py, train.py]."""
 
     def step_time_s(self, global_batch_size: int, seq_length: int, num_gpus: int) -> float:
         """Seconds per optimizer step, whatever the framework printed."""
@@ -100,6 +106,8 @@ _NEMO_STEP = re.compile(r"train_step_timing in s:\s*" + _NUM)
 _NEMO_ITER = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
 _NEMO_GLOBAL_STEP = re.compile(r"global_step:\s*" + _NUM)
 _TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:.*?memory:\s*" + _NUM + r"\s*GiB.*?\btps:\s*" + _NUM)
+_TITAN_SIZE = re.compile(r"\bsize: [\d,]+ total parameters")
+_TITAN_COMPILE = "Compiling each TransformerBlock with torch.compile"
 _DS_TPUT = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=" + _NUM + r",\s*CurrSamplesPerSec=" + _NUM
                       + r"(?:,\s*MemAllocated=" + _NUM + r"GB,\s*MaxMemAllocated=" + _NUM + r"GB)?")
 _DS_MEM = re.compile(r"\bMA\s+" + _NUM + r"\s*GB\s+Max_MA\s+" + _NUM + r"\s*GB\s+CA\s+" + _NUM + r"\s*GB\s+Max_CA\s+"
@@ -184,6 +192,7 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     lines = [_ANSI.sub("", raw).rstrip("\r") for raw in text.split("\n")]
     megatron, nemo, titan, ds = [], [], [], []
     titan_mem, ds_mem_alloc = [], []
+    titan_built = titan_compiled = False
     mem_reserved: list[float] = []
     mem_allocated: list[float] = []
     ds_config: dict[str, str] = {}
@@ -213,6 +222,10 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
             it = _NEMO_ITER.search(line) or _NEMO_GLOBAL_STEP.search(line)
             step = int(float(it.group(1).replace(",", ""))) if it else len(nemo) + 1
             nemo.append((step, _number(m.group(1), where)))
+        elif _TITAN_COMPILE in line:
+            titan_compiled = True
+        elif _TITAN_SIZE.search(line):
+            titan_built = True
         elif (m := _TITAN.search(line)):
             titan.append((int(m.group(1)), _number(m.group(3), where)))
             titan_mem.append((int(m.group(1)), _memory(m.group(2), where) * GIB))
@@ -256,8 +269,9 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
         peak, kind = max(mem_allocated), "max allocated"
     else:
         peak, kind = None, None
+    compiled = (True if titan_compiled else False if titan_built else None) if fw == "torchtitan" else None
     return LogMeasurement(source=source, framework=fw, rate=rate, value=value, steps=steps,
-                          peak_memory_bytes=peak, memory_kind=kind, args=args, config=ds_config)
+                          peak_memory_bytes=peak, memory_kind=kind, args=args, config=ds_config, compiled=compiled)
 
 
 def read_log(path: str | Path) -> LogMeasurement:

@@ -64,6 +64,27 @@ def test_torchtitan_fixture_with_colours():
     assert m.step_time_s(128, 8192, 16) == pytest.approx(128 * 8192 / (6505 * 16))
 
 
+@pytest.mark.parametrize("head,compiled", [
+    ("Model llama3 8B size: 8,030,261,248 total parameters\n", False),  # built, never compiled: eager
+    ("Model llama3 8B size: 8,030,261,248 total parameters\nCompiling each TransformerBlock with torch.compile\n",
+     True),
+    ("", None),  # the log starts at the training loop: cannot tell
+])
+def test_a_torchtitan_log_says_whether_its_blocks_were_compiled(tmp_path, head, compiled):
+    """torchtitan prints the model's size before it parallelises and compiles it, and apply_compile prints
+    'Compiling each TransformerBlock with torch.compile'; an eager run calibrates the cluster slower than the
+    compiled blocks the planner prices and launches, and calibrate says so."""
+    prefix = "".join(f"[titan] 2026-11-30 09:59:00,000 - root - INFO - {ln}\n" for ln in head.splitlines())
+    text = prefix + (LOGS / "torchtitan_llama3_8b.log").read_text()
+    assert parse_log(text).compiled is compiled
+    log = tmp_path / "titan.log"
+    log.write_text(text)
+    out = io.StringIO()
+    rc = main(["calibrate", MODEL, "dgx-h100", str(log), "--out", str(tmp_path / "c.yaml"), "--nodes", "2",
+               "--global-batch-size", "128", "--seq-length", "8192", "--zero", "3"], stdout=out, stderr=io.StringIO())
+    assert rc == 0 and ("ran its blocks eager" in out.getvalue()) == (compiled is False)
+
+
 def test_deepspeed_fixture():
     m = read_log(LOGS / "deepspeed_gpt.log")
     assert m.framework == "deepspeed" and m.steps == (20, 30, 40)
