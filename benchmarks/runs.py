@@ -43,10 +43,13 @@ class Run:
 HBM2E_H100_BANDWIDTH = 2.4e12
 """HBM bandwidth of the H100 SXM with 96 GB of HBM2e on which torchtitan published its H100 runs: "96GB HBM2e
 with 2.4 TB/sec peak memory bandwidth", run at its default 500 W [torchtitan@b5bcd76 benchmarks/
-llama3_h100_202412_torchtitan.md, Hardware]; DGX H100's HBM3 gives 3.35. ASSUMPTION: the "HBM2e based lower TDP
+llama3_h100_202412_torchtitan.md, Hardware; torchao's float8 roofline models "Meta's H100 variant" at the same
+2.4 TB/s: torchao/testing/training/roofline_utils.py]; DGX H100's HBM3 gives 3.35. ASSUMPTION: the "HBM2e based lower TDP
 SXM H100 (95GB)" of the January 2025 page [torchtitan@3278a52 docs/performance.md] is the same part. Its tensor
-peak is not known ("between SXM and NVL", both pages): the rows keep the SXM's 989 TFLOP/s, an upper bound, so
-those rows' predictions are upper bounds on the speed the power cap allows."""
+peak is not known ("between SXM and NVL", both pages): the rows keep the SXM's 989 TFLOP/s and DGX H100's GEMM
+curves, an upper bound. (FBGEMM measured an "H100 500W" at 585 TFLOP/s for BF16 8192^3 and 1,083-1,141 for
+row-wise FP8 on LLM shapes, about 0.75 and 0.84 of those curves [pytorch/FBGEMM#2546]; priced so, the FP8 speedups
+match but the eager-kernel fit moves to MPT's cost: README, low precision.)"""
 
 
 def _cluster_for(gpu_type: str, num_gpus: int, gpn: int):
