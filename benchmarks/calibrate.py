@@ -107,6 +107,10 @@ def _report(name, runs, sc, upd, groups):
     print(f"{name}: {len(runs)} rows, score {sc:.3f}, best {upd}")
     for g, errs in sorted(groups.items()):
         print(f"  {g:34s} n={len(errs):3d} median |err| {statistics.median(errs):6.1%} max {max(errs):6.1%}")
+    cal = runs[0].cluster.calibration
+    moved = {k: (getattr(cal, k), v) for k, v in upd.items() if getattr(cal, k) != v}
+    print("  the catalog holds this fit" if not moved else
+          "  the catalog differs: " + ", ".join(f"{k} {a:g} -> {b:g}" for k, (a, b) in moved.items()))
 
 
 def main(argv):
