@@ -430,11 +430,6 @@ def _limit_note(status: str, solve_time_s: float, limit_s: float, proof_s: float
             f"same run may end 'unknown'; give it more there ({more})")
 
 
-def _unfinished(structural) -> int:
-    """How many structurally different options the time limit cut short (none found, or not proven)."""
-    return sum(1 for alt in structural if "time limit" in alt.binds or "not proven optimal" in alt.binds)
-
-
 def _flag_bound(bound: str) -> str:
     """A default cap of the space as the CLI widens it (the API's constraint=(1, N) is the flag's 1:N)."""
     for key, flag in (("micro_batch_size", "--micro-batch-size"), ("vpp", "--vpp"), ("cp", "--cp")):
@@ -479,7 +474,7 @@ def _cmd_plan(a, out: Console) -> int:
         return EXIT_UNKNOWN
     out.print(f"status: {_status_line(r)}; searched {count_text(r.space_size)} layouts in {r.solve_time_s:.2f} s")
     note = _limit_note(r.status, r.solve_time_s, a.time_limit, r.stats.proof_s if r.stats else None,
-                       _unfinished(r.structural))
+                       sum(alt.cut_short for alt in r.structural))
     if note:
         out.print(f"note: {note}", markup=False)
     if r.bounds:

@@ -190,6 +190,8 @@ class Alternative:
     """Step-time ratio to the best minus one (None when nothing fits)."""
     binds: str
     """What limits it: memory headroom, a rule, or nothing fitting."""
+    cut_short: bool = False
+    """The time limit ended its search first: not computed, none found, or the best found not proven optimal."""
 
 
 @dataclass(frozen=True)
@@ -439,7 +441,7 @@ def _structural(model, cluster, training, best: Plan, framework, cons, deadline:
             continue
         left = deadline - time.perf_counter()
         if left <= 0:
-            out.append(Alternative(label, None, None, "not computed: the time limit was reached"))
+            out.append(Alternative(label, None, None, "not computed: the time limit was reached", cut_short=True))
             continue
         sub = sub if sub is not None and sub.pipe else None  # an empty restriction is searched afresh
         try:
@@ -451,11 +453,11 @@ def _structural(model, cluster, training, best: Plan, framework, cons, deadline:
         if not plans:
             why = "nothing fits in memory under this restriction" if st == "infeasible" else \
                 "none found within the time limit (not proven)"
-            out.append(Alternative(label, None, None, why))
+            out.append(Alternative(label, None, None, why, cut_short=st != "infeasible"))
             continue
         p = plans[0]
         proof = "" if st == "optimal" else f" ({st}: not proven optimal)"
-        out.append(Alternative(label, p, p.step_time_s / best.step_time_s - 1, _binds(p) + proof))
+        out.append(Alternative(label, p, p.step_time_s / best.step_time_s - 1, _binds(p) + proof, cut_short=bool(proof)))
     return out
 
 

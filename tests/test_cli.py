@@ -374,10 +374,19 @@ def test_a_search_close_to_its_time_limit_says_so(monkeypatch):
                                                                  "took the rest of the 10 s limit")
     assert cli._limit_note("optimal", 5.0, 10.0, 4.0) is None
     assert "may end 'unknown'" in cli._limit_note("optimal", 9.9, 10.0, 8.5, 1)  # the proof itself was close
-    from planner.search import Alternative
-    assert cli._unfinished([Alternative("a", None, None, "not computed: the time limit was reached"),
-                            Alternative("b", None, None, "none found within the time limit (not proven)"),
-                            Alternative("c", None, None, "nothing fits in memory under this restriction")]) == 2
+    # the structural options mark what the time limit cut short (Alternative.cut_short), which the note counts:
+    # past the deadline the half-GPU option is not computed, the two the best already qualifies for are not cut
+    import time
+
+    import planner
+    from planner.search import _structural
+    from planner.specs import TrainingSpec
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    tr = TrainingSpec(global_batch_size=64, seq_length=4096)
+    best = planner.evaluate(m, c, tr, planner.Layout(dp=16))
+    alts = _structural(m, c, tr, best, "megatron", {}, time.perf_counter() - 1)
+    assert [a.cut_short for a in alts] == [False, False, True]
+    assert "did not finish 1 of" in cli._limit_note("optimal", 9.3, 10.0, 6.5, sum(a.cut_short for a in alts))
     args = ["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096"]
     code, out, _ = run(args)
     assert code == 0 and "note: the search used" not in out
