@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import evaluate_runs, leave_one_group_out, moe_held_out  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
+from planner.uncertainty import model_key  # noqa: E402
+
 Z80 = 1.2815515655446004
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -137,6 +139,53 @@ def table(step, mem, workload: str = "dense") -> dict:
     return out
 
 
+MIN_MODEL_ROWS = 3
+"""A model gets its own entry (MODELS) only with this many published runs on one GPU architecture and kernel family."""
+ARCH_NAMES = {8: "A100", 9: "Hopper", 10: "Blackwell"}
+
+
+def catalog_names() -> dict[tuple, str]:
+    """model_key -> catalog id, to name a model whose published rows each carry their own name."""
+    import planner
+    return {model_key(planner.load_model(m)): m for m in planner.catalog.model_ids()}
+
+
+def _base(tab: dict, w: str, arch: int, kernels: str) -> dict:
+    """The entry planner.uncertainty.prediction_error gives a job of workload w on arch with these kernels."""
+    for key in ((w, arch, kernels), (w, None, kernels), (w, None, None)):
+        if key in tab:
+            return tab[key]
+    raise KeyError(w)
+
+
+def model_misses(residuals: dict[str, tuple[list, list]], tab: dict) -> dict:
+    """Per (workload, model_key, GPU arch, kernel family) with MIN_MODEL_ROWS rows or more: the model's own residuals where
+    their median lies outside the 80 % interval the table gives its rows (_base), i.e. the table's band
+    would not cover that model's own published runs. Bias: their median; sigma: the larger of the table's
+    and their own spread (a known miss is no reason for a narrower band); memory and ranking terms: the
+    table's. Every residual is out of its source group, as the table's are."""
+    out, catalog = {}, catalog_names()
+    for w, (step, _) in residuals.items():
+        by: dict[tuple, list] = {}
+        for r, x in step:
+            by.setdefault((model_key(r.model), r.cluster.gpu.arch, r.training.kernels), []).append((r, x))
+        for (key, arch, kernels), rows in sorted(by.items(), key=str):
+            if len(rows) < MIN_MODEL_ROWS:
+                continue
+            base = _base(tab, w, arch, kernels)
+            xs = [x for _, x in rows]
+            median = statistics.median(xs)
+            if abs(median - base["step_time_bias"]) <= Z80 * base["step_time_sigma"]:
+                continue
+            names = [r.model.name for r, _ in rows]
+            out[(w, key, arch, kernels)] = dict(
+                step_time_bias=median, step_time_sigma=max(base["step_time_sigma"], spread(xs)[1]),
+                ranking_sigma=base["ranking_sigma"], memory_bias=base["memory_bias"], memory_sigma=base["memory_sigma"],
+                rows=len(rows), groups=len({r.group for r, _ in rows}), name=catalog.get(key) or max(set(names), key=names.count),
+                lo=math.exp(min(xs)), hi=math.exp(max(xs)), median=math.exp(median), arch=ARCH_NAMES.get(arch, f"arch {arch}"), kernels=kernels)
+    return out
+
+
 def tables(residuals: dict[str, tuple[list, list]]) -> dict:
     """table() of every workload, one dict."""
     return {k: v for w, (step, mem) in residuals.items() for k, v in table(step, mem, w).items()}
@@ -168,9 +217,22 @@ def coverage(step, level_z: float) -> tuple[float, float]:
 WHAT = {"dense": "published runs", "low-precision": "published FP8 runs", "moe": "published MoE runs"}
 
 
-def write(tab: dict) -> None:
+def _miss_basis(w: str, v: dict) -> str:
+    return (f"{v['name']}: {v['rows']} {WHAT[w]} on {v['arch']} with {v['kernels']} kernels ({v['groups']} source group{'s' * (v['groups'] > 1)}) took "
+            f"{v['lo']:.2f}-{v['hi']:.2f}x the predicted step time (median {v['median']:.2f}x), each predicted out of its source group")
+
+
+def write(tab: dict, misses: dict) -> None:
     path = ROOT / "planner" / "uncertainty.py"
     text = path.read_text()
+    rows = ["MODELS: dict[tuple[Workload, ModelKey, int, str], PredictionError] = {"]
+    for (w, key, arch, kernels), v in misses.items():
+        rows.append(f"    {(w, key, arch, kernels)!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, "
+                    f"step_time_sigma={v['step_time_sigma']:.4f}, ranking_sigma={v['ranking_sigma']:.4f}, "
+                    f"memory_bias={v['memory_bias']:.4f}, memory_sigma={v['memory_sigma']:.4f}, "
+                    f"basis=\"{_miss_basis(w, v)}\"),")
+    rows.append("}")
+    text = re.sub(r"MODELS: dict\[.*?\n\}\n", lambda _: "\n".join(rows) + "\n", text, count=1, flags=re.S)
     lines = ["PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {"]
     for (w, arch, kernels), v in tab.items():
         where = (f"arch {arch}, {kernels} kernels" if arch is not None else
@@ -217,8 +279,12 @@ def main(argv=None) -> int:
         print(f"{'all':40s} {len(every):11d} {statistics.median(every):12.1%} {_quantile(every, 0.8):6.1%}")
     if a.moe_stack:
         print_same_stack(same_stack_calibration(load_moe_runs()[0]))
+    misses = model_misses(residuals, tab)
+    print(f"\nmodels whose own published runs fall outside their table's 80 % interval ({len(misses)}):")
+    for (w, _, _, _), v in misses.items():
+        print(f"  {w:14s} {_miss_basis(w, v)}")
     if a.write:
-        write(tab)
+        write(tab, misses)
         print("wrote planner/uncertainty.py")
     return 0
 

@@ -12,7 +12,7 @@ from planner.space import check_layout, framework_layout
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
 from planner.torchtitan_engine import uses_torchtitan
-from planner.uncertainty import Interval, interval, oom_risk, prediction_error
+from planner.uncertainty import Interval, interval, model_error, oom_risk, prediction_error
 
 __all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
 
@@ -254,6 +254,9 @@ def evaluate(
         warnings.append(f"{cluster.name}'s calibration was fitted on the MoE logs of {', '.join(fitted_on)}, not "
                         f"{model.name}: its host floor and stall follow those models' expert GEMMs (the catalog's "
                         "cluster, or a calibration on this model's own logs, predicts it better)")
+    own = model_error(cluster, training, model) if cluster.prediction_error is None else None
+    if own is not None:
+        warnings.append(f"a known miss: {own.basis}; this plan's intervals are built from those runs")
     if uses_torchtitan(training) and training.document_tokens is None:
         warnings.append("torchtitan masks attention per packed document; priced causal over the whole sequence, an "
                         "upper bound (document_tokens: the documents' length)")

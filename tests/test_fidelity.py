@@ -162,6 +162,59 @@ def test_shipped_interval_table_is_current(out_of_sample):
             assert getattr(shipped, name) == pytest.approx(want[name], abs=2e-4), (key, name)
 
 
+def test_shipped_model_misses_are_current(out_of_sample):
+    """planner.uncertainty.MODELS is what benchmarks/intervals.py computes from the residuals now."""
+    import intervals
+
+    from planner.uncertainty import MODELS
+
+    misses = intervals.model_misses(out_of_sample, intervals.tables(out_of_sample))
+    assert set(MODELS) == set(misses), "rerun python benchmarks/intervals.py --write"
+    for key, shipped in MODELS.items():
+        for name in ("step_time_bias", "step_time_sigma", "ranking_sigma", "memory_bias", "memory_sigma"):
+            assert getattr(shipped, name) == pytest.approx(misses[key][name], abs=2e-4), (key, name)
+
+
+def test_a_known_miss_is_said_and_its_interval_covers_the_published_runs(out_of_sample):
+    """GPT-OSS-120B's published Megatron-Bridge runs on Blackwell take about twice the predicted step: the
+    MoE table's 80 % band (bias +0.18, sigma 0.24 in log space) would not cover them. Worked here from the
+    rows themselves, not from the shipped table: the median of the model's own out-of-sample residuals lies
+    outside that band, evaluate warns, and the interval it prints covers the median published step. A
+    dense model whose runs sit inside the band (Llama-3-8B on Hopper, torchtitan) gets the table's band
+    and no warning; a calibrated cluster overrides both. Planted: the entry keyed without the kernel
+    family (or dropped) fails."""
+    import statistics
+
+    from runs import load_moe_runs
+
+    from planner.specs import Layout, PredictionError, TrainingSpec
+    from planner.uncertainty import PUBLISHED, model_key, prediction_error
+
+    oss = planner.load_model("gpt-oss-120b")
+    step, _ = out_of_sample["moe"]
+    own = [x for r, x in step if model_key(r.model) == model_key(oss) and r.cluster.gpu.arch == 10]
+    assert len(own) >= 13
+    band = PUBLISHED[("moe", 10, "fused")]
+    assert statistics.median(own) - band.step_time_bias > 1.2816 * band.step_time_sigma  # outside the table's band
+
+    row = next(r for r in load_moe_runs()[0] if r.id == "mbridge_26.04_dgx-gb200_gpt_oss_120b_64gpu_bf16")
+    plan = planner.evaluate(oss, row.cluster, row.training, row.layout)
+    assert any(w.startswith("a known miss: gpt-oss-120b") for w in plan.warnings)
+    published = 1280 * 4096 / (15_938 * 64)  # GBS x seq / (tokens/s/GPU x GPUs): 5.14 s
+    i = plan.step_time_interval(0.8)
+    assert i.lo <= published <= i.hi and plan.step_time_s < i.lo  # the point prediction itself is ~2x fast
+    assert prediction_error(row.cluster, row.training, oss).step_time_bias == pytest.approx(statistics.median(own), abs=1e-3)
+
+    mine = row.cluster.model_copy(update={"prediction_error": PredictionError(step_time_sigma=0.1, memory_sigma=0.05)})
+    calibrated = planner.evaluate(oss, mine, row.training, row.layout)
+    assert not any(w.startswith("a known miss") for w in calibrated.warnings)
+
+    dense = planner.evaluate(planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100"),
+                             TrainingSpec(global_batch_size=128, seq_length=8192, kernels="unfused"),
+                             Layout(tp=1, dp=8, zero_stage=3, micro_batch_size=2))
+    assert not any(w.startswith("a known miss") for w in dense.warnings)
+
+
 def test_moe_and_fp8_jobs_carry_their_own_published_error(out_of_sample):
     """An MoE job's interval is built from the MoE rows' residuals and a dense FP8 job's from the FP8
     rows', not the dense BF16 ones': worked from the residuals here (median of the source groups'

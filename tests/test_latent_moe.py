@@ -205,7 +205,8 @@ def test_the_published_super_layouts_are_priced_and_fit():
     assert len(rows) == 8
     for r in rows:
         p = planner.evaluate(r.model, r.cluster, r.training, r.layout)
-        assert not p.warnings and p.peak_memory_bytes < r.cluster.gpu.memory
+        # the one warning: the known miss its own published runs measure (planner.uncertainty.MODELS)
+        assert [w for w in p.warnings if not w.startswith("a known miss")] == [] and p.peak_memory_bytes < r.cluster.gpu.memory
 
 
 def test_explain_says_what_the_latent_tokens_carry_and_how_little_is_attention():
