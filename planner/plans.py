@@ -256,7 +256,8 @@ def evaluate(
                         "cluster, or a calibration on this model's own logs, predicts it better)")
     own = model_error(cluster, training, model) if cluster.prediction_error is None else None
     if own is not None:
-        warnings.append(f"a known miss: {own.basis}; this plan's intervals are built from those runs")
+        warnings.append(f"a known miss: {own.basis}; this plan's intervals are built from those runs "
+                        "(planner calibrate on logs of your own runs of it replaces them)")
     if uses_torchtitan(training) and training.document_tokens is None:
         warnings.append("torchtitan masks attention per packed document; priced causal over the whole sequence, an "
                         "upper bound (document_tokens: the documents' length)")
