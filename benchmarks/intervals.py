@@ -177,11 +177,10 @@ def model_misses(residuals: dict[str, tuple[list, list]], tab: dict) -> dict:
             median = statistics.median(xs)
             if abs(median - base["step_time_bias"]) <= Z80 * base["step_time_sigma"]:
                 continue
-            names = [r.model.name for r, _ in rows]
             out[(w, key, arch, kernels)] = dict(
                 step_time_bias=median, step_time_sigma=max(base["step_time_sigma"], spread(xs)[1]),
                 ranking_sigma=base["ranking_sigma"], memory_bias=base["memory_bias"], memory_sigma=base["memory_sigma"],
-                rows=len(rows), groups=len({r.group for r, _ in rows}), name=catalog.get(key) or max(set(names), key=names.count),
+                rows=len(rows), groups=len({r.group for r, _ in rows}), name=catalog.get(key) or f"a {key[0]} model of {key[1]} layers, hidden {key[2]}",
                 lo=math.exp(min(xs)), hi=math.exp(max(xs)), median=math.exp(median), arch=ARCH_NAMES.get(arch, f"arch {arch}"), kernels=kernels)
     return out
 
