@@ -21,7 +21,7 @@ from planner.plans import evaluate
 from planner.pipeline_layout import parse_layout_string
 from planner.report import GiB, ledger_rows, plan_row, result_dict, workload_tags
 from planner.search import MAX_TIME_LIMIT_S, plan
-from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES, account_for_ends_split,
+from planner.space import (FP8_ARCHS, FRAMEWORK_ENGINES, default_fp8_recipe, RANK_ORDERS, RECOMPUTE_MODES,
                            framework_training, overlaps)
 from planner.specs import MAX_GPUS, Layout, TrainingSpec
 from planner.torchtitan_engine import LOSS_CHUNKS as TORCHTITAN_LOSS_CHUNKS
@@ -543,17 +543,10 @@ def _cmd_evaluate(a, out: Console) -> int:
         if cluster.world_size % mp:
             raise PlannerError(f"tp({lay.tp})*pp({lay.pp})*cp({lay.cp})={mp} does not divide world_size({cluster.world_size})")
         lay = lay.model_copy(update={"dp": cluster.world_size // mp})
-    note = None
     if a.emit:  # price the target's engine: DeepSpeed's wrapper and buckets, FSDP2's bytes
         training = framework_training(training, a.emit)
-    if (lay.pipeline_layers is None and lay.first_stage_layers is None and lay.last_stage_layers is None
-            and training.optimizer_impl not in FRAMEWORK_ENGINES.values()):  # those place the layers themselves
-        ends = account_for_ends_split(model.num_layers, lay.pp * lay.vpp)
-        if ends is not None:  # what Megatron runs when the layers do not divide: say which split
-            lay = lay.model_copy(update={"pipeline_layers": ends})
-            note = (f"{model.num_layers} layers do not divide over pp({lay.pp}) x vpp({lay.vpp}); priced with Megatron's "
-                    f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
-                    f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
+    # a split the engine makes itself where the layers do not divide (Megatron's account-for-ends flags,
+    # DeepSpeed's and torchtitan's partitioners) is evaluate's: planner.space.framework_layout, one warning
     if a.emit == "torchtitan":  # torchtitan's overlaps are not options: price what it runs
         update = overlaps("torchtitan", lay.pp, lay.zero_stage, lay.vpp)
         del update["tp_comm_overlap"]  # yours to choose (--tp-comm-overlap: torchtitan's async TP)
@@ -607,8 +600,6 @@ def _cmd_evaluate(a, out: Console) -> int:
                   markup=False)
     for w in p.warnings:
         out.print(f"[yellow]warning[/]: {_u(w)}")
-    if note:
-        out.print(f"note: {_u(note)}")
     return EXIT_OK if p.fits else EXIT_INFEASIBLE
 
 

@@ -392,7 +392,9 @@ def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) ->
     """The layout as the training's engine runs it, and a note where that fills something in: a
     pipeline whose stages do not divide the layers takes the split the engine computes -- DeepSpeed's
     (deepspeed_engine.pipeline_split) or torchtitan's with its default weights
-    (torchtitan_engine.stage_split)."""
+    (torchtitan_engine.stage_split) -- or, on Megatron's engine, the one its
+    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split flags make where the layers
+    and the two ends divide (account_for_ends_split: Llama-3.1-405B's 126 layers over 16 stages)."""
     pp, v = layout.pp, layout.vpp
     given = (layout.pipeline_layers is not None or layout.first_stage_layers is not None
              or layout.last_stage_layers is not None)
@@ -414,6 +416,13 @@ def framework_layout(training: TrainingSpec, layout: Layout, num_layers: int) ->
                 f"{DEFAULT_END_WEIGHTS}: {', '.join(map(str, split))} per virtual stage "
                 "(torchtitan 0.3 _generate_llm_fqn_per_model_part)")
         return layout.model_copy(update={"pipeline_layers": split}), note
+    if training.optimizer_impl not in FRAMEWORK_ENGINES.values():
+        ends = account_for_ends_split(num_layers, pp * v)
+        if ends is not None:
+            note = (f"{num_layers} layers do not divide over pp({pp}) x vpp({v}); priced with Megatron's "
+                    f"--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split split "
+                    f"({ends[0]}|{ends[1]}|...|{ends[-1]}), emitted as --pipeline-model-parallel-layout")
+            return layout.model_copy(update={"pipeline_layers": ends}), note
     return layout, None
 
 
@@ -438,7 +447,8 @@ def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | N
         bad.append(f"vpp({v}) > 1 needs pp > 1")
     if first is None and last is None:
         if L % pp:
-            bad.append(f"num_layers({L}) % pp({pp}) = {L % pp} != 0")
+            bad.append(f"num_layers({L}) % pp({pp}) = {L % pp} != 0 (give the split: pipeline_layers, the CLI's "
+                       "--pipeline-layers, which also reads Megatron's --pipeline-model-parallel-layout strings)")
         elif (L // pp) % v:
             bad.append(f"layers per stage({L // pp}) % vpp({v}) = {(L // pp) % v} != 0")
         return bad

@@ -35,3 +35,25 @@ def test_the_written_string_reads_back(split, mtp):
 def test_layouts_the_planner_cannot_price_are_refused_in_one_line(text, pp, layers, mtp, rule):
     with pytest.raises(PlannerError, match=rule):
         parse_layout_string(text, pp, layers, mtp)
+
+
+def test_evaluate_runs_megatrons_account_for_ends_split_where_the_layers_do_not_divide():
+    """Llama-3.1-405B's 126 layers over 16 pipeline ranks, as Meta and NeMo ran it: the Python API prices the split
+    Megatron makes with --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split (128 / 16 = 8 a
+    stage, the embedding and the loss each taking one: 7, 8 x 14, 7), says so in a warning, and the launch files
+    emit it; as the CLI did before. Where the layers and the two ends do not divide either (DeepSeek-V3's 61 over
+    16), the refusal names the way out."""
+    import planner
+    from planner.errors import InvalidLayout
+    from planner.specs import Layout, TrainingSpec
+
+    m, c = planner.load_model("llama3.1-405b"), planner.load_cluster("dgx-h100", nodes=256)
+    t = TrainingSpec(global_batch_size=2048, seq_length=8192)
+    p = planner.evaluate(m, c, t, Layout(tp=8, pp=16, dp=16, zero_stage=1, sequence_parallel=True))
+    assert p.layout.pipeline_layers == (7, *[8] * 14, 7)
+    assert any("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split" in w for w in p.warnings)
+    assert "--pipeline-model-parallel-layout" in p.to_megatron().args
+    with pytest.raises(InvalidLayout, match=r"num_layers\(61\) % pp\(16\) = 13 != 0 \(give the split: pipeline_layers"):
+        planner.evaluate(planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=256),
+                         TrainingSpec(global_batch_size=8192, seq_length=4096),
+                         Layout(tp=1, pp=16, dp=128, ep=64, zero_stage=1))
