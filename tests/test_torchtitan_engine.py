@@ -122,9 +122,13 @@ def test_evaluate_fills_torchtitans_split_and_refuses_others():
         planner.evaluate(m, c, _titan(), lay.model_copy(update={"pipeline_layers": (9, 6, 6, 9)}))
     with pytest.raises(InvalidLayout, match=r"give pipeline_layers"):
         planner.evaluate(m, c, _titan(), lay.model_copy(update={"first_stage_layers": 6, "last_stage_layers": 6}))
-    # on Megatron's engine the same layout without a split is refused, as before
-    with pytest.raises(InvalidLayout, match=r"num_layers\(30\) % pp\(4\)"):
-        planner.evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), lay.model_copy(update={"zero_stage": 1}))
+    # on Megatron's engine the same layout runs its account-for-ends split ((30 + 2) / 4 = 8 a stage, the ends one
+    # fewer), and a layer count that neither divides nor does with the two ends is refused
+    megatron = TrainingSpec(global_batch_size=64, seq_length=4096)
+    mp = planner.evaluate(m, c, megatron, lay.model_copy(update={"zero_stage": 1}))
+    assert mp.layout.pipeline_layers == (7, 8, 8, 7) and any("--account-for-loss-in-pipeline-split" in w for w in mp.warnings)
+    with pytest.raises(InvalidLayout, match=r"num_layers\(29\) % pp\(4\)"):
+        planner.evaluate(m.model_copy(update={"num_layers": 29}), c, megatron, lay.model_copy(update={"zero_stage": 1}))
 
 
 def test_search_emits_and_torchtitan_builds_the_plans_split():

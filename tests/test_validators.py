@@ -671,8 +671,9 @@ def test_deepspeed_places_layers_its_partitioner_places(tmp_path):
         planner.evaluate(m, c, t, planner.Layout(pp=2, dp=4, vpp=3, zero_stage=1).model_copy(update={"vpp": 2}))
     with pytest.raises(InvalidLayout, match=r"pp\(32\) > num_layers\(30\)"):
         planner.evaluate(m, planner.load_cluster("dgx-a100-80g", nodes=4), t, planner.Layout(pp=32, dp=1, zero_stage=1))
-    with pytest.raises(InvalidLayout, match=r"num_layers\(30\) % pp\(4\)"):  # Megatron does not run it
-        planner.evaluate(m, c, t.model_copy(update={"optimizer_impl": None}), planner.Layout(pp=4, dp=2, zero_stage=1))
+    # Megatron runs it only with its account-for-ends split ((30 + 2) / 4: 7, 8, 8, 7), not DeepSpeed's
+    megatron = planner.evaluate(m, c, t.model_copy(update={"optimizer_impl": None}), planner.Layout(pp=4, dp=2, zero_stage=1))
+    assert megatron.layout.pipeline_layers == (7, 8, 8, 7)
     r = plan(m, c, TrainingSpec(global_batch_size=64, seq_length=2048), framework="deepspeed", pp=4, top_k=1,
              structural=False)
     assert r.status == "optimal" and r.best.layout.pipeline_layers == (8, 8, 7, 7)
