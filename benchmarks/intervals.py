@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import evaluate_runs, leave_one_group_out, moe_held_out  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
-from planner.uncertainty import model_key  # noqa: E402
+from planner.uncertainty import model_key, table_key  # noqa: E402
 
 Z80 = 1.2815515655446004
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,11 +151,9 @@ def catalog_names() -> dict[tuple, str]:
 
 
 def _base(tab: dict, w: str, arch: int, kernels: str) -> dict:
-    """The entry planner.uncertainty.prediction_error gives a job of workload w on arch with these kernels."""
-    for key in ((w, arch, kernels), (w, None, kernels), (w, None, None)):
-        if key in tab:
-            return tab[key]
-    raise KeyError(w)
+    """The entry planner.uncertainty.prediction_error gives a job of workload w on arch with these kernels
+    (its table_key, else the workload's pooled entry)."""
+    return tab[table_key(tab, w, arch, kernels) or (w, None, None)]
 
 
 def model_misses(residuals: dict[str, tuple[list, list]], tab: dict) -> dict:

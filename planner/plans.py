@@ -254,7 +254,7 @@ def evaluate(
         warnings.append(f"{cluster.name}'s calibration was fitted on the MoE logs of {', '.join(fitted_on)}, not "
                         f"{model.name}: its host floor and stall follow those models' expert GEMMs (the catalog's "
                         "cluster, or a calibration on this model's own logs, predicts it better)")
-    own = model_error(cluster, training, model) if cluster.prediction_error is None else None
+    own = model_error(cluster, training, model)
     if own is not None:
         warnings.append(f"a known miss: {own.basis}; this plan's intervals are built from those runs "
                         "(planner calibrate on logs of your own runs of it replaces them)")

@@ -20,8 +20,8 @@ from typing import Literal
 
 from planner.specs import ClusterSpec, ModelSpec, PredictionError, TrainingSpec
 
-__all__ = ["Interval", "Workload", "workload", "model_key", "model_error", "prediction_error", "interval", "oom_risk",
-           "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS"]
+__all__ = ["Interval", "Workload", "workload", "model_key", "model_error", "table_key", "prediction_error", "interval",
+           "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS"]
 
 LEVELS = (0.8, 0.95)
 """The interval levels reported."""
@@ -95,11 +95,18 @@ class Interval:
         return self.lo <= value <= self.hi
 
 
+def table_key(table: dict, w: Workload, arch: int, kernels: str) -> tuple | None:
+    """The most specific key a workload table (PUBLISHED, or benchmarks/intervals.py's before it is written) has
+    for a job of workload `w` on GPU `arch` with `kernels`: (w, arch, kernels), else (w, None, kernels), else None
+    (the workload's pooled entry, or prediction_error's fallbacks, apply)."""
+    return next((key for key in ((w, arch, kernels), (w, None, kernels)) if key in table), None)
+
+
 def model_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelSpec | None) -> PredictionError | None:
     """The error measured on the published runs of this very model (model_key) on this GPU architecture with
     these kernels, of this workload, where they missed beyond the workload table's 80 % interval (MODELS);
-    else None."""
-    if model is None:
+    None where there is none, and on a cluster calibrated on the user's own logs, whose error replaces it."""
+    if model is None or cluster.prediction_error is not None:
         return None
     return MODELS.get((workload(model, training), model_key(model), cluster.gpu.arch, training.kernels))
 
@@ -113,9 +120,9 @@ def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelS
     if own is not None:
         return own
     w = workload(model, training)
-    for key in ((w, cluster.gpu.arch, training.kernels), (w, None, training.kernels)):
-        if key in PUBLISHED:
-            return PUBLISHED[key]
+    key = table_key(PUBLISHED, w, cluster.gpu.arch, training.kernels)
+    if key is not None:
+        return PUBLISHED[key]
     pooled = PUBLISHED.get((w, None, None), POOLED)
     memory = PUBLISHED.get(("dense", None, training.kernels))
     if w == "dense" or memory is None:
