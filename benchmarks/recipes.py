@@ -1,6 +1,6 @@
 """The planner's choice against NVIDIA's published recipes, in the planner's own model.
 
-    python benchmarks/recipes.py [--dense | --moe]
+    python benchmarks/recipes.py [--dense | --moe | --torchtitan]
 
 Dense: NeMo 24.07's performance-summary recipes (FP8 delayed scaling, Apex's DistributedFusedAdam,
 the rows of benchmarks/data/published_runs.yaml with a complete layout): the recipe's layout priced by
@@ -13,6 +13,11 @@ recipe's layout priced by `evaluate`, the planner's proven optimum over the same
 the dispatchers the recipe could use, the EP overlap on and off, megatron-core's loss, which is what
 Megatron-LM launches), priced with the recipe's loss, how much faster the optimum is in the planner's model, and the step-time terms that make the difference (largest first; they sum
 to the gap). The published throughput sits beside both so the reader can judge the model too.
+
+torchtitan (--torchtitan): its published BF16 layouts (torchtitan's own benchmark pages, the compiled runs or
+those that do not say; every one FSDP2, with TP where it ran it), each priced by `evaluate`, against the
+planner's proven optimum for framework 'torchtitan' on the same workload, with the model's error on the
+published layout beside it: a claim of the planner's is only as good as that error on the term it names.
 """
 
 from __future__ import annotations
@@ -44,6 +49,15 @@ RECIPES = [  # rows of benchmarks/data/moe_runs.yaml
     "mbridge_26.06_dgx-gb300_qwen3_235b_a22b_256gpu_mxfp8",
     "mbridge_26.02_dgx-gb200_gpt_oss_120b_64gpu_bf16",
     "mbridge_26.06_dgx-gb200_gpt_oss_120b_64gpu_mxfp8",
+]
+
+
+TORCHTITAN_RECIPES = [  # rows of benchmarks/data/published_runs.yaml: torchtitan's own BF16 benchmarks
+    "torchtitan_8b_8gpu_FSDP_torchcompile",
+    "torchtitan_8b_128gpu_FSDP_torchcompile",
+    "torchtitan_a100_llama3_8b_64gpu_selective_op",
+    "torchtitan_a100_llama3_70b_64gpu_full",
+    "torchtitan_h100_405b_128gpu_bf16",
 ]
 
 
@@ -112,16 +126,46 @@ def moe() -> None:
               + ", ".join(f"{k} {a - b:+.2f} s" for k, a, b in term_deltas(nv, best)[:4]))
 
 
+def torchtitan() -> list[float]:
+    """Each torchtitan layout against the planner's optimum for framework 'torchtitan'; returns the
+    published layout's extra step time in the planner's model, per layout."""
+    runs = {r.id: r for r in load_runs()}
+    gains = []
+    for rid in TORCHTITAN_RECIPES:
+        r = runs[rid]
+        tt = planner.evaluate(r.model, r.cluster, r.training, r.layout)
+        t0 = time.perf_counter()
+        found = planner.plan(r.model, r.cluster, r.training, time_limit_s=60, framework="torchtitan")
+        best = found.best
+        gain = tt.step_time_s / best.step_time_s - 1
+        err = tt.tokens_per_second / tt.num_gpus / r.tokens_per_s_per_gpu - 1
+        print(f"{rid}  ({r.cluster.world_size} GPUs, published {r.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+              f"predicted {err:+.1%})")
+        print(f"  torchtitan {tt.layout.short()[:100]}  {tt.step_time_s:.2f} s")
+        print(f"  planner    {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({found.status}, "
+              f"{time.perf_counter() - t0:.0f} s)")
+        print(f"  the published layout takes {gain:+.1%} in the planner's model ({measured_step(r) / best.step_time_s - 1:+.1%} "
+              f"against its published step of {measured_step(r):.2f} s); terms: "
+              + (", ".join(f"{k} {a - b:+.2f} s" for k, a, b in term_deltas(tt, best)[:4]) or "none"))
+        gains.append(gain)
+    print(f"median of the {len(gains)}: {statistics.median(gains):+.1%}")
+    return gains
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--dense", action="store_true", help="only NeMo 24.07's dense recipes")
     which.add_argument("--moe", action="store_true", help="only NVIDIA's MoE recipes")
+    which.add_argument("--torchtitan", action="store_true", help="only torchtitan's published layouts")
     a = ap.parse_args(argv)
-    if not a.moe:
+    everything = not (a.dense or a.moe or a.torchtitan)
+    if everything or a.dense:
         dense()
-    if not a.dense:
+    if everything or a.moe:
         moe()
+    if everything or a.torchtitan:
+        torchtitan()
     return 0
 
 

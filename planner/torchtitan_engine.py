@@ -90,9 +90,9 @@ KERNELS = "unfused"
 """The kernel family a torchtitan plan is priced with (TrainingSpec.kernels): PyTorch's own kernels,
 whose parameters are fitted on llm-foundry MPT and torchtitan runs. The emitter compiles the blocks
 ([Compile]): priced this way, the compiled torchtitan runs published beside eager ones of the same
-layout are predicted within +1.5 % / +3.4 % (Llama-3-8B on 8 / 128 H100), the eager ones 17.5 % /
-20.2 % too fast (torchtitan benchmarks/llama3_h100_202412_torchtitan.md: 5,762 -> 6,667 and
-5,605 -> 6,514 tokens/s/GPU with torch.compile)."""
+layout are predicted within -1.6 % / -1.8 % (Llama-3-8B on 8 / 128 of Meta's 500 W H100), the eager ones
+13.9 % / 14.1 % too fast (torchtitan benchmarks/llama3_h100_202412_torchtitan.md: 5,762 -> 6,667 and
+5,605 -> 6,514 tokens/s/GPU with torch.compile; benchmarks/fidelity.py --rows prints both)."""
 
 
 MOE_FLAVOURS = {
