@@ -22,6 +22,12 @@ In distributed/pipeline_parallel.py:
     [Ranks]  _get_pp_rank_to_stage_indices_mapping: looped schedules place stage s on rank s % pp
              (the order of Layout.pipeline_layers).
 In torch 2.13 (what torchtitan's pipeline runs on):
+    [Recv]   distributed/pipelining/stage.py: _PipelineStage._setup_forward_recv_info allocates a receive
+             buffer for every micro-batch of the step on every stage but the first, and
+             _setup_backward_recv_info (_create_grad_recv_info) one for every micro-batch's gradient on
+             every stage but the last (_make_tensor_from_meta, once, when the schedule first runs, kept
+             by the stage); forward_one_chunk takes the received buffer itself as the stage's input
+             (_retrieve_recv_activations, requires_grad_).
     [NoSync] distributed/pipelining/stage.py: backward_maybe_with_nosync (every micro-batch's
              backward with set_requires_gradient_sync(False)), perform_reduce_grad (the one
              reduce-scatter, after the last); distributed/fsdp/_fully_shard/_fsdp_param_group.py:
@@ -83,7 +89,7 @@ __all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", 
            "uses_torchtitan", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
            "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
-           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv",
+           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv", "pipeline_recv_buffers",
            "whole_loss_traffic_bytes", "chunk_loss_traffic_bytes"]
 
 KERNELS = "unfused"
@@ -138,6 +144,19 @@ FIRST_CAST_BYTES = 2 + 4
 """HBM bytes per parameter of the first micro-batch's cast of the unsharded BF16 gradient to FP32 [NoSync]."""
 ACCUMULATE_BYTES = 4 + 2 + 4
 """Each later micro-batch's in-place add of the BF16 gradient into the FP32 one: read both, write FP32 [NoSync]."""
+
+
+def pipeline_recv_buffers(pp: int, vpp: int, rank: int, microbatches: int, in_flight: float) -> float:
+    """Stage-boundary tensors (one micro-batch's activation or gradient at a stage's edge) that pipeline rank
+    `rank` keeps allocated beyond the stage inputs its activations already count [Recv]: each of its
+    virtual stages rank, rank + pp, ... holds a receive buffer per micro-batch for its input (not the
+    first stage) and one per micro-batch for its output's gradient (not the last); the `in_flight`
+    micro-batches (planner.memory.in_flight_microbatches, in units of the rank's layers, so that many
+    per virtual stage) whose input is a buffer are counted with the activations already."""
+    stages = [rank + k * pp for k in range(vpp)]
+    last = pp * vpp - 1
+    inputs = sum(s > 0 for s in stages) * max(0.0, microbatches - min(in_flight, microbatches))
+    return inputs + sum(s < last for s in stages) * microbatches
 
 
 LOSS_CHUNKS = 8
