@@ -20,10 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # (file, exact text, replacement, what the bug means)
 MUTANTS = [
     ("planner/memory.py", "kw = dict(tp=t, cp=layout.cp,", "kw = dict(tp=t, cp=1,", "CP ignored in the ledger's activations"),
-    ("planner/torchtitan_engine.py", "max(0.0, microbatches - min(in_flight, microbatches))", "microbatches",
+    ("planner/torchtitan_engine.py", "max(0.0, microbatches - held)", "microbatches",
      "torch's receive buffers counted again for the in-flight stage inputs"),
-    ("planner/torchtitan_engine.py", "return inputs + sum(s < last for s in stages) * microbatches", "return inputs",
-     "torch's gradient receive buffers left out"),
+    ("planner/torchtitan_engine.py", "return inputs + sum(s < last for s in stages) * (microbatches + held)",
+     "return inputs", "torch's gradient receive buffers left out"),
+    ("planner/torchtitan_engine.py", "* (microbatches + held)", "* microbatches",
+     "torch's in-flight stage outputs (fwd_cache) left out"),
     ("planner/memory.py", "if uses_torchtitan(training) and p > 1:  # torch's pipeline", "if False:  # torch's pipeline",
      "torchtitan's pipeline receive buffers unpriced"),
     ("planner/memory.py", 'layout.dp * layout.cp, "dpcp")', 'layout.dp, "dpcp")', "ZeRO shards over dp only"),

@@ -1461,8 +1461,8 @@ def stage_activation_items(
     if uses_torchtitan(training) and p > 1:  # torch's pipeline stages keep a receive buffer per micro-batch
         n = pipeline_recv_buffers(p, layout.vpp, stage, m, flight)
         items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
-                                f"{n:g} bf16 receive buffers at the stages' edges (one per micro-batch, activation "
-                                "and gradient)"))
+                                f"{n:g} bf16 tensors at the stages' edges: receive buffers (one per micro-batch, "
+                                "activation and gradient) and the in-flight micro-batches' stage outputs"))
     if stage == 0 and model.uses_dropout:
         # embedding-dropout mask, 1 byte per element, per micro-batch in flight [MemRef §2c]
         items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))

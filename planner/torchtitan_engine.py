@@ -27,7 +27,9 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              _setup_backward_recv_info (_create_grad_recv_info) one for every micro-batch's gradient on
              every stage but the last (_make_tensor_from_meta, once, when the schedule first runs, kept
              by the stage); forward_one_chunk takes the received buffer itself as the stage's input
-             (_retrieve_recv_activations, requires_grad_).
+             (_retrieve_recv_activations, requires_grad_) and keeps the stage's output in fwd_cache
+             until that micro-batch's backward (nothing frees it after the send, as Megatron's
+             deallocate_pipeline_outputs does).
     [NoSync] distributed/pipelining/stage.py: backward_maybe_with_nosync (every micro-batch's
              backward with set_requires_gradient_sync(False)), perform_reduce_grad (the one
              reduce-scatter, after the last); distributed/fsdp/_fully_shard/_fsdp_param_group.py:
@@ -148,15 +150,16 @@ ACCUMULATE_BYTES = 4 + 2 + 4
 
 def pipeline_recv_buffers(pp: int, vpp: int, rank: int, microbatches: int, in_flight: float) -> float:
     """Stage-boundary tensors (one micro-batch's activation or gradient at a stage's edge) that pipeline rank
-    `rank` keeps allocated beyond the stage inputs its activations already count [Recv]: each of its
-    virtual stages rank, rank + pp, ... holds a receive buffer per micro-batch for its input (not the
-    first stage) and one per micro-batch for its output's gradient (not the last); the `in_flight`
-    micro-batches (planner.memory.in_flight_microbatches, in units of the rank's layers, so that many
-    per virtual stage) whose input is a buffer are counted with the activations already."""
+    `rank` keeps beyond the stage inputs its activations already count [Recv]: each of its virtual stages
+    rank, rank + pp, ... holds a receive buffer per micro-batch for its input (not the first stage) and one
+    per micro-batch for its output's gradient, and the outputs of its micro-batches in flight (not the
+    last); the `in_flight` micro-batches (planner.memory.in_flight_microbatches, in units of the rank's
+    layers, so that many per virtual stage) whose input is a buffer are counted with the activations."""
     stages = [rank + k * pp for k in range(vpp)]
     last = pp * vpp - 1
-    inputs = sum(s > 0 for s in stages) * max(0.0, microbatches - min(in_flight, microbatches))
-    return inputs + sum(s < last for s in stages) * microbatches
+    held = min(in_flight, microbatches)
+    inputs = sum(s > 0 for s in stages) * max(0.0, microbatches - held)
+    return inputs + sum(s < last for s in stages) * (microbatches + held)
 
 
 LOSS_CHUNKS = 8

@@ -72,7 +72,7 @@ def test_published_float8_peaks_within_the_issue_band():
     -7 % / +2 % of the ledger -- the whole-sequence loss at its backward peak (12 B a logit, 16 under
     loss_parallel) and DTensor's gathered QKV / FC1 inputs priced; before them the CP sweep was counted 13 %
     short and the 70B rows 22-27 %. The six with one (405B on 512 GPUs, PP 8) are the ledger's known miss:
-    each counted short, 8-27 % (README), with the pipeline's receive buffers in it."""
+    each counted short, 7-26 % (README), with the pipeline's edge tensors in it."""
     rows = [(r, planner.evaluate(r.model, r.cluster, r.training, r.layout))
             for r in load_runs(low_precision=True) if r.peak_mem_bytes]
     flat = [(r, p) for r, p in rows if r.layout.pp == 1]
@@ -81,7 +81,7 @@ def test_published_float8_peaks_within_the_issue_band():
     for r, p in flat:
         assert -0.07 < p.peak_memory_bytes / r.peak_mem_bytes - 1 < 0.02, r.id
     for r, p in piped:
-        assert -0.27 < p.peak_memory_bytes / r.peak_mem_bytes - 1 < -0.07, r.id
+        assert -0.27 < p.peak_memory_bytes / r.peak_mem_bytes - 1 < -0.05, r.id
         assert p.memory.peak_stage.get("pipeline_buffers") > 0, r.id
 
 

@@ -330,7 +330,8 @@ def test_torch_pipeline_stages_keep_a_receive_buffer_per_micro_batch(vpp):
     _create_grad_recv_info; pytorch#136380 asks to stop it). Llama-3-8B on pp 4, dp 4, mbs 1 x 8,192, GBS 64:
     16 micro-batches a rank, a stage edge 8,192 x 4,096 x 2 B = 67,108,864 B. The received input is the stage's
     input, which the activations count for the micro-batches in flight (1F1B: 4 - rank of them), so those are
-    not counted twice."""
+    not counted twice; the stage's output stays in its fwd_cache until that micro-batch's backward (torch frees
+    nothing after the send), one per micro-batch in flight on every stage but the last."""
     m = planner.load_model("llama3-8b")
     c = planner.load_cluster("dgx-h100", nodes=2)
     tr = _titan().model_copy(update={"global_batch_size": 64, "seq_length": 8192})
@@ -338,13 +339,13 @@ def test_torch_pipeline_stages_keep_a_receive_buffer_per_micro_batch(vpp):
     edge = 8192 * 4096 * 2
     stages = planner.evaluate(m, c, tr, lay).memory.stages
     if vpp == 1:
-        # rank 0: gradients only (16); ranks 1, 2: 16 - (4 - r) inputs beyond those in flight, 16 gradients;
-        # rank 3: 16 - 1 inputs, no gradients (the last stage)
-        want = [16, 13 + 16, 14 + 16, 15]
+        # rank 0: 16 gradients and 4 outputs in flight; ranks 1, 2: 16 - (4 - r) inputs beyond those in
+        # flight, 16 gradients, 4 - r outputs; rank 3: 16 - 1 inputs, no gradients or outputs (the last stage)
+        want = [16 + 4, 13 + 16 + 3, 14 + 16 + 2, 15]
     else:  # 8 stages, rank r holds r and r + 4; in flight 2(4 - r - 1) + 4 + 1 chunks, per stage half of them
         flight = [min(2 * (4 - r - 1) + 4 + 1, 32) / 2 for r in range(4)]
-        want = [(16 - flight[0]) + 2 * 16] + [2 * (16 - flight[r]) + 2 * 16 for r in (1, 2)] \
-            + [2 * (16 - flight[3]) + 16]
+        want = [(16 - flight[0]) + 2 * (16 + flight[0])] + [2 * (16 - flight[r]) + 2 * (16 + flight[r]) for r in (1, 2)] \
+            + [2 * (16 - flight[3]) + (16 + flight[3])]
     assert [s.get("pipeline_buffers") for s in stages] == pytest.approx([n * edge for n in want], rel=1e-12)
     # no pipeline, or Megatron's engine (whose receives are transient): none
     flat = planner.evaluate(m, c, tr, Layout(tp=1, pp=1, dp=16, zero_stage=3, micro_batch_size=1)).memory.stages[0]
