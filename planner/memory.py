@@ -26,7 +26,7 @@ from planner.errors import SpecError
 from planner.specs import (BALANCED, ClusterSpec, Family, Layout, ModelSpec, MoERouting, Recompute, TrainingSpec,
                            num_microbatches)
 from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
-from planner.torchtitan_engine import chunk_loss_peak_sbv, pipeline_recv_buffers, uses_torchtitan, whole_loss_peak_sbv
+from planner.torchtitan_engine import chunk_loss_peak_sbv, pipeline_edge_tensors, uses_torchtitan, whole_loss_peak_sbv
 
 __all__ = [
     "StaticMemory",
@@ -1458,8 +1458,8 @@ def stage_activation_items(
         items.append(MemoryItem("ep_overlap_layer", one, "the next micro-batch's layer beside the backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
-    if uses_torchtitan(training) and p > 1:  # torch's pipeline stages keep a receive buffer per micro-batch
-        n = pipeline_recv_buffers(p, layout.vpp, stage, m, flight)
+    if uses_torchtitan(training) and p > 1:  # torch's pipeline stages keep tensors at their edges
+        n = pipeline_edge_tensors(p, layout.vpp, stage, m, flight)
         items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
                                 f"{n:g} bf16 tensors at the stages' edges: receive buffers (one per micro-batch, "
                                 "activation and gradient) and the in-flight micro-batches' stage outputs"))

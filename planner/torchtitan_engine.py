@@ -91,7 +91,7 @@ __all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", 
            "uses_torchtitan", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
            "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
-           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv", "pipeline_recv_buffers",
+           "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv", "pipeline_edge_tensors",
            "whole_loss_traffic_bytes", "chunk_loss_traffic_bytes"]
 
 KERNELS = "unfused"
@@ -148,7 +148,7 @@ ACCUMULATE_BYTES = 4 + 2 + 4
 """Each later micro-batch's in-place add of the BF16 gradient into the FP32 one: read both, write FP32 [NoSync]."""
 
 
-def pipeline_recv_buffers(pp: int, vpp: int, rank: int, microbatches: int, in_flight: float) -> float:
+def pipeline_edge_tensors(pp: int, vpp: int, rank: int, microbatches: int, in_flight: float) -> float:
     """Stage-boundary tensors (one micro-batch's activation or gradient at a stage's edge) that pipeline rank
     `rank` keeps beyond the stage inputs its activations already count [Recv]: each of its virtual stages
     rank, rank + pp, ... holds a receive buffer per micro-batch for its input (not the first stage) and one
