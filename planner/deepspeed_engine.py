@@ -67,6 +67,13 @@ Read in deepspeed 0.19.8, the version the emitter targets (its files under deeps
               `output`, the BF16 logits, is held), GPTModelPipe (the last stage's float16_to_fp32 layer
               and CrossEntropy's no-op .float())]; pipe/engine.py: PipelineEngine._exec_forward_pass
               keeps the stage's output in pipe_buffers['outputs'] until _exec_backward_pass.
+    [PipeOut] pipe/engine.py: PipelineEngine._exec_forward_pass keeps every stage's output but the last's
+              in pipe_buffers['outputs'] until its backward: with model parallelism (the topology's 'model'
+              axis, TP, above 1) and pipeline.pipe_partitioned (config.py: get_pipeline_config, default
+              True; the emitter leaves it), a PartitionedTensor of it over the TP group, this rank's 1/tp,
+              the whole output freed (first_output.data = torch.zeros(1)); without TP the output itself.
+              pipe/schedule.py: TrainSchedule.num_pipe_buffers, min(stages - stage_id, micro_batches)
+              buffers: the micro-batches in flight.
 """
 
 from __future__ import annotations
@@ -94,6 +101,7 @@ __all__ = [
     "GRAD_WIRE_BYTES",
     "pipeline_split",
     "pipe_spec_weights",
+    "held_stage_outputs",
     "accumulation_bytes",
     "BF16_ACCUMULATION_BYTES",
     "AUTOGRAD_ADD_BYTES",
@@ -297,6 +305,15 @@ LP_GRAD_BYTES = 2
 backward_prologue zeroes them (clear_lp_grads without set_to_none), so from the second micro-batch on
 they exist whole when its backward starts; zero_grad after the step frees them [BF16, Engine:
 _take_model_step]."""
+
+
+def held_stage_outputs(pp: int, stage: int, microbatches: int, tp: int) -> float:
+    """Stage edges' worth (one micro-batch's output of a stage, as that stage's TP rank holds it) pipeline stage
+    `stage` keeps until the backward [PipeOut]: its in-flight micro-batches' outputs, each this rank's 1/tp
+    partition under TP (pipe_partitioned), whole without; none on the last stage (its outputs are losses)."""
+    if pp == 1 or stage == pp - 1:
+        return 0.0
+    return min(pp - stage, microbatches) / tp
 
 
 def lp_grad_bytes(training: TrainingSpec, layout: Layout) -> float:

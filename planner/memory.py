@@ -20,8 +20,8 @@ from planner._memo import memo
 from planner.deepspeed_engine import LOSS_PEAK_SBV as DEEPSPEED_LOSS_PEAK_SBV
 from planner.deepspeed_engine import SUB_GROUP_ELEMENTS
 from planner.deepspeed_engine import offload_host_bytes as deepspeed_offload_host_bytes
-from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, lp_grad_bytes, reduce_bucket_bytes, uses_deepspeed,
-                                      wrapper, zero3_gathered_params)
+from planner.deepspeed_engine import (REDUCE_BUCKET_ELEMENTS, held_stage_outputs, lp_grad_bytes, reduce_bucket_bytes,
+                                      uses_deepspeed, wrapper, zero3_gathered_params)
 from planner.errors import SpecError
 from planner.specs import (BALANCED, ClusterSpec, Family, Layout, ModelSpec, MoERouting, Recompute, TrainingSpec,
                            num_microbatches)
@@ -1463,6 +1463,10 @@ def stage_activation_items(
         items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
                                 f"{n:g} bf16 tensors at the stages' edges: receive buffers (one per micro-batch, "
                                 "activation and gradient) and the in-flight micro-batches' stage outputs"))
+    elif uses_deepspeed(training) and (n := held_stage_outputs(p, stage, m, t)):  # DeepSpeed's pipe_buffers
+        items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
+                                f"the in-flight micro-batches' stage outputs held for backward"
+                                + (f" (DeepSpeed's 1/{t} partitions)" if t > 1 else "")))
     if stage == 0 and model.uses_dropout:
         # embedding-dropout mask, 1 byte per element, per micro-batch in flight [MemRef §2c]
         items.append(MemoryItem("embedding", flight * s_loc * b * h / sp_div, "embedding-dropout mask"))

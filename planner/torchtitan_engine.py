@@ -29,7 +29,8 @@ In torch 2.13 (what torchtitan's pipeline runs on):
              by the stage); forward_one_chunk takes the received buffer itself as the stage's input
              (_retrieve_recv_activations, requires_grad_) and keeps the stage's output in fwd_cache
              until that micro-batch's backward (nothing frees it after the send, as Megatron's
-             deallocate_pipeline_outputs does).
+             deallocate_pipeline_outputs does: Megatron-LM@d98e8a6 megatron/training/argument_utils.py
+             sets it).
     [NoSync] distributed/pipelining/stage.py: backward_maybe_with_nosync (every micro-batch's
              backward with set_requires_gradient_sync(False)), perform_reduce_grad (the one
              reduce-scatter, after the last); distributed/fsdp/_fully_shard/_fsdp_param_group.py:

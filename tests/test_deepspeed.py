@@ -364,3 +364,21 @@ def test_megatron_deepspeed_loss_by_hand(pp):
     m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
     p = evaluate(m, c, _ds(), Layout(tp=2, pp=pp, dp=8 // pp, zero_stage=1, sequence_parallel=True))
     assert p.memory.stages[-1].get("logits") == 33_554_432 + 2_626_682_880
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_pipeline_keeps_the_in_flight_stage_outputs(tp):
+    """DeepSpeed's pipeline engine keeps every stage's output but the last's until its backward, one per
+    micro-batch in flight (TrainSchedule.num_pipe_buffers: min(stages - stage, micro-batches)); under TP it
+    keeps this rank's 1/tp partition of it (pipe_partitioned, DeepSpeed's default) and frees the rest
+    (deepspeed_engine [PipeOut]). Llama-3-8B, 4,096 tokens, pp 4 on 16 GPUs, GBS 64: a stage's output is
+    4,096 x 4,096 x 2 B = 33,554,432 B (over TP's sequence shards with SP, then partitioned again): stage r holds
+    4 - r of them (16 micro-batches a rank is more than that), the last stage none."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    lay = Layout(tp=tp, pp=4, dp=4 // tp, zero_stage=1, sequence_parallel=tp > 1)
+    stages = evaluate(m, c, _ds(), lay).memory.stages
+    edge = 4096 * 4096 * 2 / tp / tp
+    assert [s.get("pipeline_buffers") for s in stages] == pytest.approx([4 * edge, 3 * edge, 2 * edge, 0], rel=1e-12)
+    # Megatron's engine frees each sent output's storage (deallocate_pipeline_outputs): none there
+    mp = evaluate(m, c, TrainingSpec(global_batch_size=64, seq_length=4096), lay)
+    assert all(s.get("pipeline_buffers") == 0 for s in mp.memory.stages)
