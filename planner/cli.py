@@ -388,6 +388,8 @@ def _plans_table(title: str, plans, best) -> Table:
 
 OOM_WARNING = 0.5
 """plan warns when its choice is likelier than this to run out of memory (and --max-oom-risk is unset)."""
+SAFE_OOM_RISK = 0.05
+"""An out-of-memory risk plan's warning calls safe: a tied runner-up at most this likely to run out is named."""
 
 
 def _risk(p: float) -> str:
@@ -496,9 +498,15 @@ def _cmd_plan(a, out: Console) -> int:
     for w in r.best.warnings:
         out.print(f"[yellow]warning[/]: {_u(w)}")
     if r.best.oom_risk > OOM_WARNING and a.max_oom_risk is None:  # the peak sits inside the memory model's error
+        # a runner-up the model cannot rank below the choice and that most likely fits is the safer pick
+        safer = next(((i, p) for i, p in enumerate(r.alternatives, 2)
+                      if p.oom_risk <= SAFE_OOM_RISK and p.tied_with(r.best)), None)
+        hint = "" if safer is None else (
+            f"; #{safer[0]} ({safer[1].layout.short()}) is tied with it ({safer[1].step_time_s / r.best.step_time_s - 1:+.1%}) "
+            f"and {safer[1].oom_risk:.0%} likely to run out: the safer pick at the model's resolution")
         out.print(f"[yellow]warning[/]: the chosen layout runs out of memory with probability {r.best.oom_risk:.0%} "
                   f"(peak {r.best.peak_memory_bytes / GiB:.1f} of {r.best.memory.capacity / GiB:.1f} GiB); "
-                  "--max-oom-risk 5% keeps only the layouts at most 5 % likely to run out")
+                  f"--max-oom-risk 5% keeps only the layouts at most 5 % likely to run out{_u(hint)}")
     _emit(a, r.best, out)
     return EXIT_OK
 

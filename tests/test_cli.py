@@ -326,6 +326,18 @@ def test_plan_warns_when_its_choice_likely_runs_out_of_memory():
     assert code == 0 and "runs out of memory with probability" not in out
 
 
+def test_plan_names_a_tied_runner_up_that_most_likely_fits():
+    """Llama-3.1-405B under torchtitan on 512 H100 at GBS 1,024: the fastest layout (FSDP over 512) peaks at the
+    GPU's capacity, likelier than not to run out, while the runner-up (TP 2 x FSDP 256) is within the model's
+    ranking error of it and about 1 % likely to: the warning names that one as the safer pick."""
+    code, out, err = run(["plan", "llama3.1-405b", "dgx-h100", "--nodes", "64", "--global-batch-size", "1024",
+                          "--seq-length", "8192", "--framework", "torchtitan", "--top-k", "3"])
+    assert code == 0, err
+    warning = " ".join(out.split())
+    assert "runs out of memory with probability" in warning
+    assert "#2 (tp2 pp1 dp256" in warning and "is tied with it" in warning and "the safer pick" in warning
+
+
 def test_explain_says_what_the_last_rank_runs_beside_its_layers():
     """Llama-3-70B on 8 DGX H100 (the default job) at TP 4: the logits GEMMs are 3 x 2 x 8192 x 8192 x 128,256 / 4
     FLOPs (12.9 TFLOP) and megatron-core's fused loss moves 32 B over each of the 8192 x 128,256 / 4 local
