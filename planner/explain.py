@@ -226,6 +226,13 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
                      f"(the logits GEMMs {out.gemm * 1e3:.1f} ms, the loss's passes over its logits {out.loss * 1e3:.1f} ms "
                      f"at {loss_traffic_bytes(b.training, lay.tp):g} B a logit), {out.total / per_layer:.1f} layers' time; "
                      f"it holds {last} of the layers, the busiest rank {max(st.layers for st in pipe.stages)}.")
+        edges = max(st.get("pipeline_buffers") for st in b.memory.stages)
+        if edges:  # the engine's tensors at the stages' edges (planner.memory: pipeline_buffers)
+            lines.append(f"The pipeline engine keeps tensors at its stages' edges: up to {edges / GiB:.2f} GiB a GPU "
+                         + ("(torch's receive buffers, one per micro-batch for the input and one for the output's "
+                            "gradient, and the in-flight stage outputs), so more micro-batches cost memory here"
+                            if uses_torchtitan(b.training) else
+                            "(the in-flight micro-batches' stage outputs, held for their backward)") + ".")
         if model.mtp_layers:
             mtp = mtp_time(b.model, b.cluster, b.training, lay)
             lines.append(f"It also trains the {model.mtp_layers} multi-token prediction depth(s): each a layer of the last "

@@ -669,3 +669,18 @@ def test_explain_states_the_engines_static_bytes():
     t = TrainingSpec(global_batch_size=64, seq_length=4096)
     assert " x 16 bytes " in explain(m, c, t, framework="torchtitan", sensitivities=False)[0]
     assert " x 18 bytes " in explain(m, c, t, framework="megatron", sensitivities=False)[0]
+
+
+def test_explain_names_the_pipelines_edge_tensors():
+    """explain says what torch's pipeline keeps at its stages' edges where the plan pipelines under torchtitan,
+    at the ledger's own figure (pipeline_buffers on the worst rank), and nothing of the kind on Megatron's engine."""
+    from planner.explain import explain
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192)
+    lines = explain(m, c, t, framework="torchtitan", sensitivities=False, pp=4, tp=1)
+    best = planner.plan(m, c, t, framework="torchtitan", pp=4, tp=1, top_k=1).best  # the plan explain explains
+    edges = max(s.get("pipeline_buffers") for s in best.memory.stages)
+    assert edges > 0
+    assert any(f"up to {edges / 2**30:.2f} GiB a GPU (torch's receive buffers" in line for line in lines)
+    assert not any("stages' edges" in line for line in explain(m, c, t, sensitivities=False, pp=4, tp=1))
