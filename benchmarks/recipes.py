@@ -144,8 +144,9 @@ def torchtitan() -> list[float]:
         print(f"  torchtitan {tt.layout.short()[:100]}  {tt.step_time_s:.2f} s")
         print(f"  planner    {best.layout.short()[:100]}  {best.step_time_s:.2f} s  ({found.status}, "
               f"{time.perf_counter() - t0:.0f} s)")
-        print(f"  the published layout takes {gain:+.1%} in the planner's model ({measured_step(r) / best.step_time_s - 1:+.1%} "
-              f"against its published step of {measured_step(r):.2f} s); terms: "
+        step = measured_step(r)
+        print(f"  the published layout takes {gain:+.1%} in the planner's model ({step / best.step_time_s - 1:+.1%} "
+              f"against its published step of {step:.2f} s); terms: "
               + (", ".join(f"{k} {a - b:+.2f} s" for k, a, b in term_deltas(tt, best)[:4]) or "none"))
         gains.append(gain)
     print(f"median of the {len(gains)}: {statistics.median(gains):+.1%}")

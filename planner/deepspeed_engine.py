@@ -307,13 +307,14 @@ they exist whole when its backward starts; zero_grad after the step frees them [
 _take_model_step]."""
 
 
-def held_stage_outputs(pp: int, stage: int, microbatches: int, tp: int) -> float:
+def held_stage_outputs(pp: int, stage: int, in_flight: float, tp: int) -> float:
     """Stage edges' worth (one micro-batch's output of a stage, as that stage's TP rank holds it) pipeline stage
-    `stage` keeps until the backward [PipeOut]: its in-flight micro-batches' outputs, each this rank's 1/tp
+    `stage` keeps until the backward [PipeOut]: its `in_flight` micro-batches' outputs (planner.memory.
+    in_flight_microbatches: min(pp - stage, micro-batches), num_pipe_buffers' count), each this rank's 1/tp
     partition under TP (pipe_partitioned), whole without; none on the last stage (its outputs are losses)."""
     if pp == 1 or stage == pp - 1:
         return 0.0
-    return min(pp - stage, microbatches) / tp
+    return in_flight / tp
 
 
 def lp_grad_bytes(training: TrainingSpec, layout: Layout) -> float:

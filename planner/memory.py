@@ -1458,13 +1458,14 @@ def stage_activation_items(
         items.append(MemoryItem("ep_overlap_layer", one, "the next micro-batch's layer beside the backward"))
     s_loc, h, V = s / layout.cp, model.hidden_size, model.vocab_size
     sp_div = t if layout.sequence_parallel else 1
+    edge = 2 * s_loc * b * h / sp_div  # one micro-batch's bf16 activation at a pipeline stage's edge
     if uses_torchtitan(training) and p > 1:  # torch's pipeline stages keep tensors at their edges
         n = pipeline_edge_tensors(p, layout.vpp, stage, m, flight)
-        items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
+        items.append(MemoryItem("pipeline_buffers", n * edge,
                                 f"{n:g} bf16 tensors at the stages' edges: receive buffers (one per micro-batch, "
                                 "activation and gradient) and the in-flight micro-batches' stage outputs"))
-    elif uses_deepspeed(training) and (n := held_stage_outputs(p, stage, m, t)):  # DeepSpeed's pipe_buffers
-        items.append(MemoryItem("pipeline_buffers", n * 2 * s_loc * b * h / sp_div,
+    elif uses_deepspeed(training) and (n := held_stage_outputs(p, stage, flight, t)):  # DeepSpeed's pipe_buffers
+        items.append(MemoryItem("pipeline_buffers", n * edge,
                                 f"the in-flight micro-batches' stage outputs held for backward"
                                 + (f" (DeepSpeed's 1/{t} partitions)" if t > 1 else "")))
     if stage == 0 and model.uses_dropout:
