@@ -292,9 +292,9 @@ def test_fp8_rows_with_the_fitted_share():
 
 def test_moe_rows_out_of_sample():
     """benchmarks/data/moe_runs.yaml: two parameters are fitted on these rows (Blackwell's MXFP8 share, on the
-    one BF16 / MXFP8 pair of a layout; the host's 60 us per expert GEMM). README quotes the figures: 94 rows
+    one BF16 / MXFP8 pair of a layout; the host's 60 us per expert GEMM). README quotes the figures: 95 rows
     priced (Qwen3-30B-A3B, Qwen3-235B, Grok-1, DeepSeek-V3, Kimi-K2, GPT-OSS-120B, Llama-4 Maverick, Mixtral,
-    Nemotron-3 on H100, B200, B300, GB200 and GB300), median |error| 6.7 % (39.0 % with the fitted group at
+    Nemotron-3 on H100, B200, B300, GB200 and GB300), median |error| 6.8 % (39.0 % with the fitted group at
     the priors), every one fitting in memory with its recipe's recompute modules and FP8 weights; GB300's
     DeepSeek-V3, Qwen3-235B and Kimi-K2 (22 rows) within 8 % median, Grok-1 on GB200 (6) within 10 %. The rows
     whose architecture or GPU the planner cannot price are skipped with a reason, never guessed."""
