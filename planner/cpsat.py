@@ -31,6 +31,10 @@ Memory coefficients are rounded up to whole KiB, so a plan the model accepts alw
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -335,36 +339,125 @@ def build_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, s
                *, deadline: float | None = None) -> Rows:
     """Every configuration's time coefficients and lower bounds (see the module docstring); memory
     and update tables come later, for the rows a bound keeps (Rows.materialise). With a deadline
-    (time.perf_counter() value) tabulation stops there and marks the rows incomplete."""
-    L = model.num_layers
+    (time.perf_counter() value) tabulation stops there and marks the rows incomplete: the rows then
+    come from the space's first shapes. A large space is priced by PRICING_WORKERS processes
+    (_priced_shapes), shape by shape as here, into the same rows in the same order."""
     t = Rows(space, (model, cluster, training), capacity_mib=int(cluster.gpu.memory // MEM_UNIT_BYTES))
-    for si, sh in enumerate(space.shapes):
-        if deadline is not None and time.perf_counter() > deadline:
-            t.complete = False
-            break
-        p = sh.pp
-        for ri, rc in enumerate(space.rc_options(sh)):
-            kind, lo = _rc_kind(rc)
-            first = max(lo, first_rank_min_layers(model, training, sh.vpp)) if p > 1 else lo
-            last = max(lo, last_rank_min_layers(training, sh.vpp)) if p > 1 else lo
-            for zeros in _zero_classes(training, space, sh, rc):
-                lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
-                coef = ranks_coefficients(model, cluster, training, lay, tuple(_positions(p)))
-                times = tuple(coef[_position(r, p)] for r in range(p))
-                row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros,
-                              last_min=last)
-                row.lower = _pipe_lower(L, row)
-                if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
-                    t.too_slow += 1
-                    continue
-                t.pipe.append(row)
-        for z in space.zeros[sh.pp]:
-            lay = space.layouts(sh, None, ("none", None), z)
-            # some rank holds ceil(L/p) layers or more, and a rank's step grows with its layers; which
-            # rank is open (the first, with leading dense layers, may step less than a middle one)
-            lower = min(us_units(stage_optimizer_time(model, cluster, training, lay, r, -(-L // p))) for r in _positions(p))
-            t.static.append(StaticRow(si, z, lower))
+    priced = _priced_shapes(model, cluster, training, space, deadline)
+    for pipe, static, too_slow in priced:
+        t.pipe.extend(pipe)
+        t.static.extend(static)
+        t.too_slow += too_slow
+    t.complete = len(priced) == len(space.shapes)
     return t
+
+
+ShapeRows = tuple[list[PipeRow], list[StaticRow], int]
+"""One shape's pipeline rows, static rows and the rows dropped as too slow."""
+
+
+def _shape_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space, si: int) -> ShapeRows:
+    """The rows of shape `si` (build_rows)."""
+    L = model.num_layers
+    sh = space.shapes[si]
+    p = sh.pp
+    pipe, static, too_slow = [], [], 0
+    for ri, rc in enumerate(space.rc_options(sh)):
+        kind, lo = _rc_kind(rc)
+        first = max(lo, first_rank_min_layers(model, training, sh.vpp)) if p > 1 else lo
+        last = max(lo, last_rank_min_layers(training, sh.vpp)) if p > 1 else lo
+        for zeros in _zero_classes(training, space, sh, rc):
+            lay = space.layouts(sh, None, rc, min(zeros) if zeros else 0)
+            coef = ranks_coefficients(model, cluster, training, lay, tuple(_positions(p)))
+            times = tuple(coef[_position(r, p)] for r in range(p))
+            row = PipeRow(si, ri, num_microbatches(training, lay), sh.vpp, lo, first, kind, times, 0, zeros=zeros,
+                          last_min=last)
+            row.lower = _pipe_lower(L, row)
+            if row.lower > TIME_CAP_US or any(c.units(lo, lo) > STAGE_CAP_US for c in times):
+                too_slow += 1
+                continue
+            pipe.append(row)
+    for z in space.zeros[p]:
+        lay = space.layouts(sh, None, ("none", None), z)
+        # some rank holds ceil(L/p) layers or more, and a rank's step grows with its layers; which
+        # rank is open (the first, with leading dense layers, may step less than a middle one)
+        lower = min(us_units(stage_optimizer_time(model, cluster, training, lay, r, -(-L // p))) for r in _positions(p))
+        static.append(StaticRow(si, z, lower))
+    return pipe, static, too_slow
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+PRICING_WORKERS = min(8, _cpus())
+"""Processes that price a large space's rows (build_rows); 1 prices every space in this process.
+planner.sweep's workers set it to 1 (they run side by side already)."""
+PARALLEL_MIN_SHAPES = 3000
+"""Spaces with fewer shapes are priced in this process. Measured on 2 cores (2026-12-07): DeepSeek-V3 on
+1,024 H100, 6,052 shapes, 3.0-3.7 s of pricing in one process, 2.2-2.5 s in two; Mixtral-8x7B on 32 H100
+(1,848 shapes, 0.6 s) and Llama-3-70B on 64 (1,532, 0.5 s) gain nothing: forking, sending rows back and
+the parent's caches left cold cost what the second CPU saves."""
+PRICING_CHUNKS_PER_WORKER = 4
+"""Consecutive runs of shapes handed out per worker: shapes differ in cost (pipeline degrees, recompute
+options), so several runs a worker keep the workers' loads level."""
+
+_JOB: tuple | None = None
+"""(model, cluster, training, space, deadline) of the pricing in progress: forked workers inherit it, so
+nothing is pickled on the way in."""
+
+
+def _priced_shapes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space,
+                   deadline: float | None) -> list[ShapeRows]:
+    """_shape_rows of the space's shapes in order, up to the first the deadline cut off. Where the space has
+    PARALLEL_MIN_SHAPES shapes or more, PRICING_WORKERS > 1, the platform forks (Linux; a daemonic
+    process may not have children) and no other Python thread runs (a fork copies the locks another thread
+    may hold: a caller's threads keep the pricing in-process), forked workers price consecutive runs of shapes, each stopping at the
+    deadline; their runs come back in order, so the rows are the serial ones (time.perf_counter is the
+    system's monotonic clock there, the same in every process)."""
+    n = len(space.shapes)
+    workers = min(PRICING_WORKERS, max(1, n // (PARALLEL_MIN_SHAPES // 2)))
+    if (n < PARALLEL_MIN_SHAPES or workers <= 1 or not sys.platform.startswith("linux")
+            or multiprocessing.current_process().daemon or threading.active_count() > 1):
+        return _price_run(model, cluster, training, space, deadline, 0, n)
+    global _JOB
+    size = -(-n // (workers * PRICING_CHUNKS_PER_WORKER))
+    runs = [(lo, min(n, lo + size)) for lo in range(0, n, size)]
+    _JOB = (model, cluster, training, space, deadline)
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            parts = pool.map(_price_job_run, runs, chunksize=1)
+    except OSError:  # the system refused the processes (limits, memory): price here
+        return _price_run(model, cluster, training, space, deadline, 0, n)
+    finally:
+        _JOB = None
+    out: list[ShapeRows] = []
+    for (lo, hi), part in zip(runs, parts):
+        out.extend(part)
+        if len(part) < hi - lo:  # the deadline stopped this run: later runs would leave a gap
+            break
+    return out
+
+
+def _price_run(model, cluster, training, space, deadline, lo: int, hi: int) -> list[ShapeRows]:
+    """_shape_rows of shapes lo .. hi - 1, stopping at the deadline."""
+    out = []
+    for si in range(lo, hi):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        out.append(_shape_rows(model, cluster, training, space, si))
+    return out
+
+
+def _price_job_run(run: tuple[int, int]) -> list[ShapeRows]:
+    """_price_run of one run of shapes in a forked worker, on the job it inherited (_JOB)."""
+    assert _JOB is not None
+    model, cluster, training, space, deadline = _JOB
+    return _price_run(model, cluster, training, space, deadline, *run)
 
 
 def _zero_classes(training: TrainingSpec, space: Space, sh, rc) -> list[frozenset[int] | None]:

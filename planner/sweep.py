@@ -9,6 +9,7 @@ import itertools
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
+from planner import cpsat
 from planner.outputs import write_file
 
 __all__ = ["grid", "run_point", "run_sweep", "min_gpus_that_fit", "write_csv", "plot_sweep", "FIELDS", "CSV_MARKER",
@@ -54,6 +55,11 @@ def run_point(model: str, cluster: str, nodes: int, seq_length: int, global_batc
     return row
 
 
+def _price_in_process() -> None:
+    """A sweep worker prices its plans' rows itself: the sweep's workers already share the CPUs."""
+    cpsat.PRICING_WORKERS = 1
+
+
 def run_sweep(points: list[dict[str, Any]], workers: int = 2, progress: Callable[[dict], None] | None = None) -> list[dict]:
     """Run every point in `workers` processes; rows come back in grid order."""
     rows: list[dict | None] = [None] * len(points)
@@ -63,7 +69,7 @@ def run_sweep(points: list[dict[str, Any]], workers: int = 2, progress: Callable
             if progress:
                 progress(rows[i])
         return rows  # type: ignore[return-value]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_price_in_process) as pool:
         futures = {pool.submit(run_point, **p): i for i, p in enumerate(points)}
         for fut in as_completed(futures):
             rows[futures[fut]] = fut.result()

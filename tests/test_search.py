@@ -605,3 +605,81 @@ def test_restricted_rows_keep_only_the_sub_space():
     assert sub.pipe and len(sub.pipe) < len(rows.pipe) and sub.space is sp
     assert all(sp.shapes[p.shape].pp == 1 and sp.rc_options(sp.shapes[p.shape])[p.rc][0] == "none" for p in sub.pipe)
     assert {s.shape for s in sub.static} == {p.shape for p in sub.pipe} and all(p in rows.pipe for p in sub.pipe)
+
+
+def test_rows_priced_by_forked_workers_are_the_serial_rows(monkeypatch):
+    """cpsat.build_rows hands a large space's shapes to forked workers in consecutive runs: the rows, their
+    order, the dropped-as-too-slow count and completeness must be what one process builds; a deadline already
+    past leaves no rows and says the rows are incomplete (the search then answers 'unknown'). Where the
+    system refuses the processes, or another thread runs in the caller, the rows are priced in-process."""
+    import time as _time
+
+    from planner import cpsat
+    from planner.space import build_space
+
+    m, c = planner.load_model("llama3-70b"), planner.load_cluster("dgx-h100", nodes=8)
+    t = TrainingSpec(global_batch_size=1024, seq_length=8192)
+    sp = build_space(m, c, t)
+    assert len(sp.shapes) >= 200
+    monkeypatch.setattr(cpsat, "PARALLEL_MIN_SHAPES", 200)
+    monkeypatch.setattr(cpsat, "PRICING_WORKERS", 1)
+    serial = cpsat.build_rows(m, c, t, sp)
+    monkeypatch.setattr(cpsat, "PRICING_WORKERS", 3)
+    contexts, real = [], cpsat.multiprocessing.get_context
+    monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: contexts.append(method) or real(method))
+    forked = cpsat.build_rows(m, c, t, sp)
+    assert contexts == ["fork"] and serial.complete and forked.complete and cpsat._JOB is None
+    assert forked.pipe == serial.pipe and forked.static == serial.static and forked.too_slow == serial.too_slow
+    size = -(-len(sp.shapes) // (3 * cpsat.PRICING_CHUNKS_PER_WORKER))
+    whole_run = cpsat._price_run
+
+    def second_run_cut(model, cluster, training, space, deadline, lo, hi):  # the deadline strikes run 2
+        rows = whole_run(model, cluster, training, space, deadline, lo, hi)
+        return rows[:2] if lo == size else rows
+
+    monkeypatch.setattr(cpsat, "_price_run", second_run_cut)  # the forked workers inherit it
+    cut = cpsat.build_rows(m, c, t, sp)
+    monkeypatch.setattr(cpsat, "_price_run", whole_run)
+    assert not cut.complete and cut.pipe == [r for r in serial.pipe if r.shape < size + 2]
+    assert cut.static == [r for r in serial.static if r.shape < size + 2]
+    late = cpsat.build_rows(m, c, t, sp, deadline=_time.perf_counter() - 1)
+    assert not late.complete and not late.pipe and not late.static
+
+
+    class _Refused:
+        def Pool(self, n):
+            raise OSError("fork refused")
+
+    monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: _Refused())
+    refused = cpsat.build_rows(m, c, t, sp)
+    assert refused.complete and refused.pipe == serial.pipe and cpsat._JOB is None
+
+
+    class _NoFork:
+        def Pool(self, n):
+            raise AssertionError("forked beside a running thread")
+
+    monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: _NoFork())
+    import threading
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        threaded = cpsat.build_rows(m, c, t, sp)
+    finally:
+        stop.set()
+        other.join()
+    assert threaded.complete and threaded.pipe == serial.pipe
+
+
+def test_sweep_workers_price_their_rows_themselves():
+    """planner sweep runs its points in worker processes already: each prices its rows in-process."""
+    from planner import cpsat, sweep
+
+    before = cpsat.PRICING_WORKERS
+    try:
+        sweep._price_in_process()
+        assert cpsat.PRICING_WORKERS == 1
+    finally:
+        cpsat.PRICING_WORKERS = before
