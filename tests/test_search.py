@@ -625,6 +625,9 @@ def test_rows_priced_by_forked_workers_are_the_serial_rows(monkeypatch):
     monkeypatch.setattr(cpsat, "PRICING_WORKERS", 1)
     serial = cpsat.build_rows(m, c, t, sp)
     monkeypatch.setattr(cpsat, "PRICING_WORKERS", 3)
+    # another test's idle thread may outlive it in this worker process: count the caller's threads as one here
+    threads = cpsat.threading.active_count
+    monkeypatch.setattr(cpsat.threading, "active_count", lambda: 1)
     contexts, real = [], cpsat.multiprocessing.get_context
     monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: contexts.append(method) or real(method))
     forked = cpsat.build_rows(m, c, t, sp)
@@ -660,6 +663,7 @@ def test_rows_priced_by_forked_workers_are_the_serial_rows(monkeypatch):
             raise AssertionError("forked beside a running thread")
 
     monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: _NoFork())
+    monkeypatch.setattr(cpsat.threading, "active_count", threads)
     import threading
 
     stop = threading.Event()
