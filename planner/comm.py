@@ -43,7 +43,9 @@ def busbw(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -
 
     NVLink: NVLS all-reduce gains grow from none at 4 GPUs to full at 8 (NVIDIA/nccl#1455, [HwRef §2.2]);
     other ops use the ring busbw. Across domains: a ring with k members per node drives k NICs,
-    so busbw = min(NVLink ring, k * NICs-per-GPU * NIC busbw) [HwRef §2.3 'rule that fits the data'].
+    so busbw = min(NVLink ring, k * NICs-per-GPU * NIC busbw) [HwRef §2.3 'rule that fits the data'];
+    under multi-node NVLink k is the members per NVLink domain, NCCL's node there
+    (GroupPlacement.nic_drivers).
     """
     nvl = cluster.nvlink
     if group.tier == "nvlink":
@@ -52,7 +54,7 @@ def busbw(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -
             gain = min(1.0, max(0.0, (group.size - 4) / 4))
             peak += (nvl.allreduce_busbw - nvl.ring_busbw) * gain
     else:
-        peak = min(nvl.ring_busbw, group.per_node * group.nics_per_gpu * cluster.scaleout.nic_busbw)
+        peak = min(nvl.ring_busbw, group.nic_drivers * group.nics_per_gpu * cluster.scaleout.nic_busbw)
     return peak * _size_fraction(cluster, nbytes)
 
 
@@ -74,10 +76,12 @@ NCCL_NVLINK_TREE_HOP_S = 4.0e-6
 def latency(cluster: ClusterSpec, group: GroupPlacement, op: str) -> float:
     """Alpha of one collective: the tier's latency, plus NCCL's per-step latency for every further
     step of the ring or tree (the constants above); the first inter-node crossing is the tier's own
-    latency (ScaleOut.latency). A group inside one NVLink domain costs the domain's measured alpha."""
+    latency (ScaleOut.latency). A group inside one NVLink domain costs the domain's measured alpha.
+    NCCL's nodes are NVLink domains under multi-node NVLink (GroupPlacement.nccl_nodes): a ring
+    crosses the network once per domain and hops between trays over NVLink."""
     if group.tier == "nvlink":
         return cluster.nvlink.latency
-    base, nodes = cluster.scaleout.latency, max(2, group.nodes)
+    base, nodes = cluster.scaleout.latency, max(2, group.nccl_nodes)
     twice = 2 if op == "allreduce" else 1
     inter = twice * (nodes - 1)
     intra = max(0, twice * (group.size - 1) - inter)
@@ -100,15 +104,15 @@ NCCL_PAT_BUSBW = 0.75
 def pat_latency(cluster: ClusterSpec, group: GroupPlacement) -> float:
     """Alpha of a PAT all-gather or reduce-scatter (the constants above; the first inter-node
     crossing is the tier's own latency, as for the ring)."""
-    return cluster.scaleout.latency + math.log2(group.nodes) * NCCL_PAT_LOG_HOP_S + group.size * NCCL_PAT_RANK_S
+    return cluster.scaleout.latency + math.log2(group.nccl_nodes) * NCCL_PAT_LOG_HOP_S + group.size * NCCL_PAT_RANK_S
 
 
 def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes: float) -> float:
     """Seconds for one collective over `group` on an array of `nbytes` (the full, unsharded size).
 
     Reference: [NCCLTests] t = S / algbw, algbw = busbw / f_op(n); plus latency() (alpha). An
-    all-gather or reduce-scatter over one GPU per node takes the faster of the ring and PAT, as
-    NCCL's tuner does.
+    all-gather or reduce-scatter over one GPU per node (per NVLink domain under multi-node NVLink)
+    takes the faster of the ring and PAT, as NCCL's tuner does.
     """
     n = group.size
     if n <= 1 or nbytes <= 0:
@@ -118,7 +122,7 @@ def collective_time(cluster: ClusterSpec, group: GroupPlacement, op: str, nbytes
     factor = 2 * (n - 1) / n if op == "allreduce" else (n - 1) / n
     wire = factor * nbytes / busbw(cluster, group, op, nbytes)
     ring = latency(cluster, group, op) + wire
-    if op == "allreduce" or group.tier == "nvlink" or group.per_node != 1 or group.nodes < 2:
+    if op == "allreduce" or group.tier == "nvlink" or group.nccl_nodes != n or n < 2:
         return ring
     return min(ring, pat_latency(cluster, group) + wire / NCCL_PAT_BUSBW)
 
@@ -137,7 +141,8 @@ def alltoall_time(cluster: ClusterSpec, group: GroupPlacement, nbytes: float) ->
     to each member, itself included).
 
     Every member sends at once: the (n - k)/n that leaves its node goes out on its own share of the
-    node's NICs while the (k - 1)/n for the other k - 1 members on its node crosses NVLink; the slower
+    node's NICs while the (k - 1)/n for the other k - 1 members on its node (its NVLink domain's under
+    multi-node NVLink, GroupPlacement.per_domain) crosses NVLink; the slower
     path sets the time [NCCLTests: all-to-all busbw = algbw (n - 1)/n]. Inside one NVLink domain the
     whole (n - 1)/n crosses NVLink at the ring busbw. Size efficiency is read at the whole buffer
     (NCCL moves all peers' chunks at once).
@@ -149,7 +154,7 @@ def alltoall_time(cluster: ClusterSpec, group: GroupPlacement, nbytes: float) ->
     nvl = cluster.nvlink.ring_busbw * frac
     if group.tier == "nvlink":
         return cluster.nvlink.latency + nbytes * (n - 1) / n / nvl
-    k = group.per_node
+    k = group.per_domain or group.per_node  # the members NVLink reaches (a multi-node-NVLink domain's)
     net = group.nics_per_gpu * cluster.scaleout.nic_busbw * frac
     return cluster.scaleout.latency + max(nbytes * (n - k) / n / net, nbytes * (k - 1) / n / nvl)
 

@@ -78,7 +78,8 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     lay, e = b.layout, model.moe
     group = placement(cluster, (lay.ep, lay.expert_tp))
     where = ("inside one NVLink domain" if group.tier in ("nvlink", "local") else
-             f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
+             f"across {group.domains} NVLink domains ({group.per_domain} in each reach each other over NVLink)"
+             if group.domains else f"across {group.nodes} nodes ({group.per_node} per node share its NICs)")
     tokens = lay.micro_batch_size * training.seq_length / (lay.cp * lay.tp)
     width = e.width(model.hidden_size)  # the routed rows' width (LatentMoE: the latent)
     per_gpu = routed_rows(model, tokens, 1, training.moe_routing) * width * 2  # the busiest rank's

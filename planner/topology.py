@@ -67,6 +67,25 @@ class GroupPlacement:
     """Share of the node's NICs each member can drive (concurrent groups use the others)."""
     nodes: int = 1
     """Nodes the group spans."""
+    domains: int = 0
+    """NVLink domains the group spans where a domain is several nodes (GB200/GB300 NVL72), else 0. NCCL
+    counts them as its nodes there: under multi-node NVLink it fuses a domain's trays into one node, its
+    clique [NVIDIA/nccl@5067397 src/graph/topo.cc: ncclTopoGetSystem, 'MNNVL clique support'; src/init.cc:
+    initNvlDomainInfo, nNvlDomains = nNodes]."""
+    per_domain: int = 0
+    """Members of the group in the same NVLink domain where `domains` is set, else 0."""
+
+    @property
+    def nccl_nodes(self) -> int:
+        """The nodes NCCL counts for this group: NVLink domains under multi-node NVLink, else nodes."""
+        return self.domains or self.nodes
+
+    @property
+    def nic_drivers(self) -> int:
+        """Members whose NICs carry one node's share of a ring that crosses nodes: NCCL's local ranks (a
+        multi-node-NVLink domain's members, its channels' network crossings scattered over their GPUs' NICs
+        [src/graph/search.cc: NCCL_MNNVL_SCATTER_NETS_ENABLE]), else the node's."""
+        return self.per_domain or self.per_node
 
 
 def group_placement(cluster: ClusterSpec, layout: Layout, axis: str) -> GroupPlacement:
@@ -105,4 +124,6 @@ def _placement(name, world, gpn, domain, nvl_bw, nics, nic_bw, axes) -> GroupPla
         return GroupPlacement(size, "scaleout", 1, nics / gpn, size)
     tier = "nvlink" if last // domain == 0 else "scaleout"
     per_node = Counter(m // gpn for m in members)
-    return GroupPlacement(size, tier, max(per_node.values()), nics / gpn, len(per_node))
+    per_domain = Counter(m // domain for m in members) if domain > gpn else Counter()
+    return GroupPlacement(size, tier, max(per_node.values()), nics / gpn, len(per_node), len(per_domain),
+                          max(per_domain.values(), default=0))

@@ -67,8 +67,8 @@ PUBLISHED: dict[tuple[Workload, int | None, str | None], PredictionError] = {
     ('dense', None, None): PredictionError(step_time_bias=-0.0076, step_time_sigma=0.1308, ranking_sigma=0.1278, memory_bias=0.0000, memory_sigma=0.0500, basis="165 published runs (5 source groups; all GPUs and kernels), each predicted out of its source group"),
     ('low-precision', None, 'unfused'): PredictionError(step_time_bias=-0.1147, step_time_sigma=0.1864, ranking_sigma=0.0611, memory_bias=0.0540, memory_sigma=0.0939, basis="26 published FP8 runs (4 source groups; all GPUs, memory from unfused-kernel peaks), each predicted out of its source group"),
     ('low-precision', None, None): PredictionError(step_time_bias=-0.1147, step_time_sigma=0.1864, ranking_sigma=0.0611, memory_bias=0.0000, memory_sigma=0.0500, basis="26 published FP8 runs (4 source groups; all GPUs and kernels), each predicted out of its source group"),
-    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.1946, step_time_sigma=0.2396, ranking_sigma=0.2262, memory_bias=0.0000, memory_sigma=0.0500, basis="79 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
-    ('moe', None, None): PredictionError(step_time_bias=0.1946, step_time_sigma=0.2396, ranking_sigma=0.2295, memory_bias=0.0000, memory_sigma=0.0500, basis="95 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
+    ('moe', 10, 'fused'): PredictionError(step_time_bias=0.1946, step_time_sigma=0.2180, ranking_sigma=0.2145, memory_bias=0.0000, memory_sigma=0.0500, basis="79 published MoE runs (3 source groups; arch 10, fused kernels), each predicted out of its source group"),
+    ('moe', None, None): PredictionError(step_time_bias=0.1946, step_time_sigma=0.2306, ranking_sigma=0.2291, memory_bias=0.0000, memory_sigma=0.0500, basis="95 published MoE runs (3 source groups; all GPUs and kernels), each predicted out of its source group"),
 }
 POOLED = PUBLISHED[("dense", None, None)]
 
@@ -78,8 +78,8 @@ POOLED = PUBLISHED[("dense", None, None)]
 # (workload, model_key, GPU arch, kernel family: one stack's miss says nothing of another's); bias the median,
 # sigma the larger of the table's and the rows' own spread.
 MODELS: dict[tuple[Workload, ModelKey, int, str], PredictionError] = {
-    ('moe', ('llama', 36, 2880, 64, 8, 201088, None, 128, 4, 2880), 10, 'fused'): PredictionError(step_time_bias=0.6432, step_time_sigma=0.2396, ranking_sigma=0.2262, memory_bias=0.0000, memory_sigma=0.0500, basis="gpt-oss-120b: 13 published MoE runs on Blackwell with fused kernels (1 source group) took 1.74-2.85x the predicted step time (median 1.90x), each predicted out of its source group"),
-    ('moe', ('llama', 88, 4096, 32, 2, 131072, None, 512, 22, 2688), 10, 'fused'): PredictionError(step_time_bias=0.6184, step_time_sigma=0.2396, ranking_sigma=0.2262, memory_bias=0.0000, memory_sigma=0.0500, basis="nemotron-3-super-120b-a12b: 8 published MoE runs on Blackwell with fused kernels (1 source group) took 1.08-1.96x the predicted step time (median 1.86x), each predicted out of its source group"),
+    ('moe', ('llama', 36, 2880, 64, 8, 201088, None, 128, 4, 2880), 10, 'fused'): PredictionError(step_time_bias=0.6432, step_time_sigma=0.2180, ranking_sigma=0.2145, memory_bias=0.0000, memory_sigma=0.0500, basis="gpt-oss-120b: 13 published MoE runs on Blackwell with fused kernels (1 source group) took 1.74-2.85x the predicted step time (median 1.90x), each predicted out of its source group"),
+    ('moe', ('llama', 88, 4096, 32, 2, 131072, None, 512, 22, 2688), 10, 'fused'): PredictionError(step_time_bias=0.6184, step_time_sigma=0.2180, ranking_sigma=0.2145, memory_bias=0.0000, memory_sigma=0.0500, basis="nemotron-3-super-120b-a12b: 8 published MoE runs on Blackwell with fused kernels (1 source group) took 1.08-1.96x the predicted step time (median 1.86x), each predicted out of its source group"),
 }
 
 

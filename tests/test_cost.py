@@ -79,6 +79,33 @@ def test_scaleout_group_gets_one_nic_per_member_per_node():
     assert busbw(c, g8, "allreduce", 8 * 2**30) == pytest.approx(370e9)
 
 
+def test_multi_node_nvlink_domains_are_nccls_nodes():
+    """GB200 NVL72 (4 GPUs a tray, 72 a domain; its catalog: NVLink ring 680 GB/s, one 47 GB/s NIC a GPU,
+    20 us to cross the fabric) on 144 GPUs, tp 4 x dp 36: a DP group holds one GPU of each of 36 trays, 18
+    in each of the two domains. NCCL fuses a domain's trays into one node (NVIDIA/nccl src/graph/topo.cc,
+    'MNNVL clique support'), so its ring crosses the fabric between the two domains only, scattering its
+    channels' crossings over the 18 members' NICs: busbw min(680, 18 x 47) = 680 GB/s, where counting
+    trays gave one NIC, 47 GB/s. Latency (NCCL tuning.cc, Simple): a reduce-scatter makes 35 steps, one
+    across domains (the tier's 20 us), 34 over NVLink at 3.4 us = 135.6 us (trays: 20 + 34 x 14 = 496 us);
+    PAT needs one rank per node, which 18 per domain are not. All-reduce: ring 20 + 14 + 68 x 3.4 =
+    265.2 us against tree 20 + (2 log2 2 - 1) x 14 + 2 x 17 x 4 = 170 us. An all-to-all over the same
+    group sends 18/36 of its bytes to its own domain over NVLink and 18/36 over its NIC."""
+    from planner.comm import alltoall_time, latency
+    c = _flat_curve(planner.load_cluster("gb200-nvl72", nodes=36))
+    c = c.model_copy(update={"nvlink": c.nvlink.model_copy(update={"busbw_curve": [(2**20, 680e9), (2**33, 680e9)]})})
+    g = group_placement(c, Layout(tp=4, dp=36), "dp")
+    assert (g.tier, g.nodes, g.per_node, g.domains, g.per_domain) == ("scaleout", 36, 1, 2, 18)
+    assert busbw(c, g, "reducescatter", 2**30) == pytest.approx(680e9)
+    assert latency(c, g, "reducescatter") == pytest.approx(20e-6 + 34 * 3.4e-6)
+    assert latency(c, g, "allreduce") == pytest.approx(20e-6 + 14e-6 + 2 * 17 * 4e-6)
+    S = 2**20
+    assert collective_time(c, g, "allgather", S) == pytest.approx(20e-6 + 34 * 3.4e-6 + 35 / 36 * S / 680e9)
+    assert alltoall_time(c, g, S) == pytest.approx(20e-6 + max(18 / 36 * S / 47e9, 17 / 36 * S / 680e9))
+    # a DGX H100 node is its NVLink domain: nothing changes there
+    h = group_placement(planner.load_cluster("dgx-h100", nodes=4), Layout(tp=8, dp=4), "dp")
+    assert (h.domains, h.per_domain, h.nccl_nodes, h.nic_drivers) == (0, 0, 4, 1)
+
+
 def test_rank_order_moves_dp_and_pp_groups():
     """tp-cp-dp-pp (default): with tp 8 x pp 2 x dp 4 on 8 nodes a DP group has one member per node;
     with tp-cp-pp-dp (--use-tp-pp-dp-mapping) the PP neighbours are 8 ranks apart instead of 32."""

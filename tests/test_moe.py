@@ -365,6 +365,18 @@ def test_plan_chooses_expert_parallelism_and_explains_it():
     assert any(x.startswith("Same layout with ep") for x in lines), lines
 
 
+def test_explain_says_which_nvlink_domains_an_ep_group_spans():
+    """On NVL72 (here 64 GPUs a domain of 4-GPU trays) an EP group of 128 spans two NVLink domains, 64 GPUs each,
+    which NCCL's multi-node NVLink treats as two nodes: explain says so, not 32 trays sharing one NIC each."""
+    from planner.explain import _experts
+
+    m = planner.load_model("qwen3-30b-a3b")
+    c = planner.load_cluster("gb200-nvl72", nodes=32, nvlink_domain_size=64)
+    t = TrainingSpec(global_batch_size=1024, seq_length=4096)
+    first = _experts(m, c, t, planner.evaluate(m, c, t, Layout(dp=128, ep=128)))[0]
+    assert "across 2 NVLink domains (64 in each reach each other over NVLink)" in first, first
+
+
 def test_mla_parameters_and_flops_by_hand():
     # DeepSeek-V3 attention (h 7168, a 128, r_q 1536, r_kv 512, d_qk 128, d_rope 64, d_v 128):
     # duplicated on every TP rank: Q down 7168 x 1536 + its norm 1536, KV down 7168 x 576 + its norm 512
