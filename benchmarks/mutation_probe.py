@@ -569,6 +569,13 @@ MUTANTS = [
      '"calibration": cal,', "calibrate: the MoE models it followed not recorded"),
     ("planner/calibration.py", "return max(0.0, total / prec)", "return max(1.0, total / prec)",
      "calibrate: an overhead fitted to 0 floored (it must load as 0)"),
+    # NVL72: NCCL's multi-node NVLink counts a domain as one node
+    ("planner/topology.py", "        return self.domains or self.nodes", "        return self.nodes",
+     "NVL72: NCCL's nodes counted as trays, not NVLink domains"),
+    ("planner/topology.py", "        return self.per_domain or self.per_node", "        return self.per_node",
+     "NVL72: a ring's NICs counted per tray, not per NVLink domain"),
+    ("planner/comm.py", "k = group.per_domain or group.per_node  #", "k = group.per_node  #",
+     "NVL72: an all-to-all's NVLink share per tray"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])
