@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import sys
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
+from planner._cpus import usable_cpus
 from planner.cost import (StageCoefficients, accumulates_apart, accumulation_bytes, ranks_coefficients,
                           stage_optimizer_time, stage_update_time, us_units)
 from planner.memory import in_flight_microbatches, stage_activation_items, stage_host_bytes, stage_static_items
@@ -386,15 +386,7 @@ def _shape_rows(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     return pipe, static, too_slow
 
 
-def _cpus() -> int:
-    """The CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-PRICING_WORKERS = min(8, _cpus())
+PRICING_WORKERS = min(8, usable_cpus())
 """Processes that price a large space's rows (build_rows); 1 prices every space in this process.
 planner.sweep's workers set it to 1 (they run side by side already)."""
 PARALLEL_MIN_SHAPES = 3000
@@ -416,9 +408,9 @@ def _priced_shapes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     """_shape_rows of the space's shapes in order, up to the first the deadline cut off. Where the space has
     PARALLEL_MIN_SHAPES shapes or more, PRICING_WORKERS > 1, the platform forks (Linux; a daemonic
     process may not have children) and no other Python thread runs (a fork copies the locks another thread
-    may hold: a caller's threads keep the pricing in-process), forked workers price consecutive runs of shapes, each stopping at the
-    deadline; their runs come back in order, so the rows are the serial ones (time.perf_counter is the
-    system's monotonic clock there, the same in every process)."""
+    may hold: a caller's threads keep the pricing in-process), forked workers price consecutive runs of
+    shapes, each stopping at the deadline; their runs come back in order, so the rows are the serial ones
+    (time.perf_counter is the system's monotonic clock there, the same in every process)."""
     n = len(space.shapes)
     workers = min(PRICING_WORKERS, max(1, n // (PARALLEL_MIN_SHAPES // 2)))
     if (n < PARALLEL_MIN_SHAPES or workers <= 1 or not sys.platform.startswith("linux")
@@ -443,7 +435,8 @@ def _priced_shapes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     return out
 
 
-def _price_run(model, cluster, training, space, deadline, lo: int, hi: int) -> list[ShapeRows]:
+def _price_run(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, space: Space, deadline: float | None,
+               lo: int, hi: int) -> list[ShapeRows]:
     """_shape_rows of shapes lo .. hi - 1, stopping at the deadline."""
     out = []
     for si in range(lo, hi):

@@ -648,7 +648,6 @@ def test_rows_priced_by_forked_workers_are_the_serial_rows(monkeypatch):
     late = cpsat.build_rows(m, c, t, sp, deadline=_time.perf_counter() - 1)
     assert not late.complete and not late.pipe and not late.static
 
-
     class _Refused:
         def Pool(self, n):
             raise OSError("fork refused")
@@ -656,7 +655,6 @@ def test_rows_priced_by_forked_workers_are_the_serial_rows(monkeypatch):
     monkeypatch.setattr(cpsat.multiprocessing, "get_context", lambda method: _Refused())
     refused = cpsat.build_rows(m, c, t, sp)
     assert refused.complete and refused.pipe == serial.pipe and cpsat._JOB is None
-
 
     class _NoFork:
         def Pool(self, n):

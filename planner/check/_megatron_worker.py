@@ -254,9 +254,11 @@ def _verdict(text: str) -> None:
 def main() -> int:
     """Per input line (a batch): one result line per configuration, in input order; as many
     children at a time as there are CPUs."""
+    from planner._cpus import usable_cpus
+
     _setup()
     _verdict(READY)
-    width = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
+    width = max(1, min(usable_cpus(), 8))
     for line in sys.stdin:
         batch = json.loads(line)
         running: list[tuple[int, int]] = []
