@@ -2,12 +2,12 @@
 
     python benchmarks/calibrate.py dgx-h100 [dgx-a100-80g ...]
 
-Grid search over the unfused attention efficiency, fused/unfused elementwise traffic and DP overlap, for all
-BF16/FP16 rows of that GPU (every source group weighted equally: the score is the mean of the group medians
-of |error| plus a quarter of the worst row); then, with those fixed, the share of the isolated FP8
-GEMM sweep an FP8 GEMM keeps in training (fp8_gemm_in_training) on the generation's FP8 rows, by the
-same score. Prints the best values; they are then written, with provenance, into the cluster YAMLs
-by hand. No per-row factors.
+Grid search over fused/unfused elementwise traffic and DP overlap (GRID), for all BF16/FP16 rows of
+that GPU (every source group weighted equally: the score is the mean of the group medians of |error|
+plus a quarter of the worst row); then, with those fixed, the share of the isolated FP8 GEMM sweep an
+FP8 GEMM keeps in training (fp8_gemm_in_training) on the generation's FP8 rows, by the same score.
+Prints the best values; they are then written, with provenance, into the cluster YAMLs by hand. No
+per-row factors; the eager attention efficiency is cited, not fitted (GRID).
 """
 
 from __future__ import annotations
@@ -25,11 +25,18 @@ from planner.plans import evaluate  # noqa: E402
 from planner.specs import Calibration  # noqa: E402
 
 GRID = {
-    "attention_efficiency_unfused": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5],
     "elementwise_passes": [4.0, 8.0, 16.0],
     "elementwise_passes_unfused": [30.0, 45.0, 60.0, 80.0, 100.0, 130.0, 170.0, 220.0],
     "dp_overlap": [0.0, 0.25, 0.5],
 }
+"""The fitted parameters. The eager kernels' attention efficiency (attention_efficiency_unfused) is not
+among them: it is cited (the cluster YAMLs' provenance: about half the GPU's FlashAttention-2 forward, as
+llm-foundry's Triton kernel is an Ampere-era FlashAttention-1), and fitting it let a held-out group's
+attention be learned from another stack's kernel (README, cost-model fidelity)."""
+
+ATTENTION_CHECK_GRID = {"attention_efficiency_unfused": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5]}
+"""The grid over which the cited eager attention efficiency is checked, not fitted: with it free, the
+generation's grid optimum lands on the cited value (tests/test_fidelity.py)."""
 
 
 FP8_GRID = {"fp8_gemm_in_training": [0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0],

@@ -140,16 +140,18 @@ def print_taus(title: str, errors: list[tuple]) -> None:
 
 
 def print_table(title: str, groups: dict[str, list[float]]) -> None:
-    """Per group: rows, median and max |error|, median signed error; then all rows and the median
-    of the group medians (every group weighted alike)."""
+    """Per group: rows, median and max |error|, median signed error (bias; + predicts too fast); then all
+    rows and the median of the group medians (every group weighted alike)."""
     print(f"\n{title:34s} {'rows':>5s} {'median |err|':>13s} {'max |err|':>10s} {'bias':>7s}")
-    meds, all_errs = [], []
+    meds, all_errs, signed = [], [], []
     for g, errs in sorted(groups.items()):
         a = [abs(e) for e in errs]
         meds.append(statistics.median(a))
         all_errs += a
+        signed += errs
         print(f"{g:34s} {len(errs):5d} {statistics.median(a):13.1%} {max(a):10.1%} {statistics.median(errs):+7.1%}")
-    print(f"{'all rows':34s} {len(all_errs):5d} {statistics.median(all_errs):13.1%} {max(all_errs):10.1%}")
+    print(f"{'all rows':34s} {len(all_errs):5d} {statistics.median(all_errs):13.1%} {max(all_errs):10.1%} "
+          f"{statistics.median(signed):+7.1%}")
     print(f"{'median of group medians':34s} {'':5s} {statistics.median(meds):13.1%}")
 
 
@@ -235,13 +237,13 @@ def main(argv=None) -> int:
             pred = plan.tokens_per_second / plan.num_gpus
             print(f"{r.id:44s} {r.layout.short():52s} {r.tokens_per_s_per_gpu:14.0f} {pred:9.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}")
     groups, mem = summarise(results)
-    print_table("in sample (catalog calibration)", groups)
+    print_errors_p90("in sample (catalog calibration)", groups)
     in_sample = [(r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
                  for r, p, _ in results if p is not None and not r.oom]
     print_taus("ranking within sweeps, in sample (Kendall tau)", in_sample)
     if not args.no_logo:
         logo = leave_one_group_out(runs)
-        print_table("leave one source group out", {g: [e for _, e in v] for g, v in logo.items()})
+        print_errors_p90("leave one source group out", {g: [e for _, e in v] for g, v in logo.items()})
         print_taus("ranking within sweeps, leave group out", [x for v in logo.values() for x in v])
     print_memory("peak memory (where published)", mem)
     ooms = [(r, p) for r, p, _ in results if r.oom and p is not None]

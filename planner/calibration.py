@@ -10,6 +10,9 @@ Parameters (each a factor on the catalog's value, with a log-normal prior centre
 - `ep_comm`: calibration.ep_comm_speed, the MoE dispatch and combine's speed (moved only by runs with EP or ETP);
 - `moe_stall` (seconds, additive, normal prior at 0, never below 0): calibration.moe_host_stall, the GPU's
   idle time in each MoE layer's forward at the dispatcher's host sync (moved only by MoE runs);
+- `expert_call` (seconds added to the catalog's value, normal prior at 0, the sum never below 0):
+  calibration.grouped_gemm_call, the host's time per expert GEMM of a grouped linear (moved only by MoE runs
+  whose expert GEMMs wait on the host);
 - `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
 
 The fit is the maximum a posteriori estimate: Levenberg-Marquardt on

@@ -33,6 +33,7 @@ def test_plan_json():
 def test_plan_table_and_emit(tmp_path):
     code, out, _ = run(["plan", *SMALL, "--emit", "megatron", "--out", str(tmp_path / "m")])
     assert code == 0 and "proven optimal" in out and "ranked layouts" in out
+    assert "(dgx-h100, 1 node)" in out  # one node, not "1 nodes"
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == [".planner-files.json", "megatron_args.json", "sbatch.sh",
                                                                   "train.sh"]
 
