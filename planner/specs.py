@@ -901,7 +901,9 @@ class Calibration(_Spec):
     attention_efficiency: Fraction
     """Fraction of dense peak a flash-attention kernel reaches on causal-halved FLOPs (measured FA2 forward)."""
     attention_efficiency_unfused: Fraction
-    """The same for the attention kernels of eager-PyTorch trainers (fitted on MPT / torchtitan runs)."""
+    """The same for the attention kernels of eager-PyTorch trainers: llm-foundry's Triton FlashAttention, cited
+    at about half the GPU's FlashAttention-2 forward, not fitted (clusters/dgx-h100.yaml provenance); torchtitan's
+    SDPA is priced at it too (ASSUMPTION, README)."""
     elementwise_passes: _real(ge=0, le=1000)
     """Memory-bound traffic per layer per token in units of 2*h bytes, with fused kernels (Megatron/TE)."""
     elementwise_passes_unfused: _real(ge=0, le=1000)
