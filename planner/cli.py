@@ -466,8 +466,9 @@ def _cmd_plan(a, out: Console) -> int:
         _emit(a, r.best, out)
         out.print_json(json.dumps(result_dict(r, timing=not a.no_timing)))
         return _exit_code(r)
+    nodes = f"{cluster.num_nodes} node{'s' if cluster.num_nodes != 1 else ''}"
     out.print(f"[bold]{_u(model.name)}[/] on {cluster.world_size} x {_u(cluster.gpu.name)} ({_u(cluster.name)}, "
-              f"{cluster.num_nodes} node{'s' if cluster.num_nodes != 1 else ''}), global batch {training.global_batch_size} x {training.seq_length} tokens")
+              f"{nodes}), global batch {training.global_batch_size} x {training.seq_length} tokens")
     if r.status == "infeasible":
         out.print(f"[red]infeasible (proven)[/]: {_u(r.infeasibility.message)}")
         return EXIT_INFEASIBLE
