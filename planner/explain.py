@@ -171,6 +171,10 @@ def _attention_speed_clause(model, cluster, training, cp: int) -> str:
     measured = training.kernels == "fused" and cluster.calibration.attention_length_curve is not None
     source = ("the cluster's measured curve of its fused kernel" if measured
               else "FlashAttention-2's H100 length curve at the cluster's efficiency")
+    if training.kernels != "fused":  # Calibration.attention_efficiency_unfused: cited for one kernel, used for all
+        source = (f"FlashAttention-2's H100 length curve at {cluster.calibration.attention_efficiency_unfused:.0%} of "
+                  "peak, the eager-kernel stacks' figure, cited for llm-foundry's Triton FlashAttention; torchtitan's "
+                  "SDPA runs FlashAttention-2 and is priced at it too, an assumption its published runs support")
     return f"; its kernel is priced at {fwd / 1e12:,.0f} / {bwd / 1e12:,.0f} TFLOP/s forward / backward here ({source})"
 
 

@@ -684,3 +684,18 @@ def test_explain_names_the_pipelines_edge_tensors():
     assert edges > 0
     assert any(f"up to {edges / 2**30:.2f} GiB a GPU (torch's receive buffers" in line for line in lines)
     assert not any("stages' edges" in line for line in explain(m, c, t, sensitivities=False, pp=4, tp=1))
+
+
+def test_explain_says_whose_attention_speed_a_torchtitan_plan_is_priced_at():
+    """A torchtitan plan's attention is priced at the eager-kernel stacks' efficiency, the figure cited for
+    llm-foundry's Triton FlashAttention (dgx-h100.yaml: 0.15, 148 TFLOP/s of 989), not at FlashAttention-2's
+    speed that its SDPA runs; explain says so. A Megatron plan names the fused kernel's measured curve."""
+    from planner.explain import explain
+
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    t = TrainingSpec(global_batch_size=64, seq_length=8192)
+    line = next(x for x in explain(m, c, t, framework="torchtitan", sensitivities=False) if "its kernel is priced" in x)
+    assert "at 15% of peak" in line and "Triton FlashAttention" in line and "SDPA" in line
+    assert "148 / 148 TFLOP/s" in line  # 0.15 x 989 at 8,192 keys, FlashAttention-2's curve read at its own reference
+    line = next(x for x in explain(m, c, t, framework="megatron", sensitivities=False) if "its kernel is priced" in x)
+    assert "Triton" not in line
