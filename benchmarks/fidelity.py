@@ -8,7 +8,7 @@ every row. Rows whose layout the planner rejects are listed with the rule they b
 Then the out-of-sample figure: leave one source group out, refit the calibrated parameters of
 every GPU generation on the other groups' rows (benchmarks/calibrate.py: same grid, ties to the
 catalog's value), and predict the held-out group. In-sample figures flatter the model; this one
-is the estimate of its error on a stack it has not seen.
+is the estimate of its error on a stack it has not seen; with --rows, its 30 worst rows follow.
 """
 
 from __future__ import annotations
@@ -139,6 +139,14 @@ def print_taus(title: str, errors: list[tuple]) -> None:
           f"median {statistics.median(t for _, _, t in taus):+.2f} over {len(taus)} sweeps")
 
 
+def print_held_out_rows(logo: dict[str, list[tuple]], most: int = 30) -> None:
+    """The `most` rows worst predicted with their source group held out (leave_one_group_out): the held-out tail."""
+    rows = sorted((x for v in logo.values() for x in v), key=lambda x: -abs(x[1]))
+    print(f"\nleave one source group out, the {min(most, len(rows))} worst rows")
+    for r, err in rows[:most]:
+        print(f"{r.id:60s} {err:+7.1%}")
+
+
 def print_table(title: str, groups: dict[str, list[float]]) -> None:
     """Per group: rows, median and max |error|, median signed error (bias; + predicts too fast); then all
     rows and the median of the group medians (every group weighted alike)."""
@@ -212,7 +220,7 @@ def explain_rows(text: str) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--rows", action="store_true", help="print every row (and the rows worst predicted held out)")
     ap.add_argument("--no-logo", action="store_true", help="skip the leave-one-group-out refits")
     ap.add_argument("--moe", action="store_true", help="only the MoE rows")
     ap.add_argument("--row", metavar="TEXT", help="the rows whose id contains TEXT, term by term")
@@ -245,6 +253,8 @@ def main(argv=None) -> int:
         logo = leave_one_group_out(runs)
         print_errors_p90("leave one source group out", {g: [e for _, e in v] for g, v in logo.items()})
         print_taus("ranking within sweeps, leave group out", [x for v in logo.values() for x in v])
+        if args.rows:
+            print_held_out_rows(logo)
     print_memory("peak memory (where published)", mem)
     ooms = [(r, p) for r, p, _ in results if r.oom and p is not None]
     if ooms:

@@ -354,6 +354,24 @@ def test_moe_rows_out_of_sample():
     assert all(why for _, why in skipped)
 
 
+def test_fidelity_lists_the_worst_rows_held_out():
+    """fidelity.py --rows ends its dense part with the rows worst predicted with their group held out, worst
+    first: the held-out tail the p90 is made of (print_held_out_rows, on leave_one_group_out's errors)."""
+    import io
+    from contextlib import redirect_stdout
+
+    import fidelity
+
+    fake = {"a": [(type("R", (), {"id": "small"})(), 0.01), (type("R", (), {"id": "big"})(), -0.30)],
+            "b": [(type("R", (), {"id": "mid"})(), 0.10)]}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        fidelity.print_held_out_rows(fake, most=2)
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0] == "leave one source group out, the 2 worst rows"
+    assert [ln.split()[0] for ln in lines[1:]] == ["big", "mid"] and lines[1].endswith("-30.0%")
+
+
 def test_fidelity_explains_a_row_term_by_term(capsys):
     """benchmarks/fidelity.py --row: the matching rows with their terms, one layer's times, the output layer
     and loss, and the peak stage's ledger beside the published peak."""
