@@ -168,13 +168,14 @@ def _attention_speed_clause(model, cluster, training, cp: int) -> str:
     """Where the attention kernel's speed comes from: the rates the plan prices it at, forward and
     backward (planner.cost.attention_speed), and the curve they follow."""
     fwd, bwd = attention_speed(model, cluster, training, cp)
-    measured = training.kernels == "fused" and cluster.calibration.attention_length_curve is not None
-    source = ("the cluster's measured curve of its fused kernel" if measured
-              else "FlashAttention-2's H100 length curve at the cluster's efficiency")
     if training.kernels != "fused":  # Calibration.attention_efficiency_unfused: cited for one kernel, used for all
         source = (f"FlashAttention-2's H100 length curve at {cluster.calibration.attention_efficiency_unfused:.0%} of "
                   "peak, the eager-kernel stacks' figure, cited for llm-foundry's Triton FlashAttention; torchtitan's "
                   "SDPA runs FlashAttention-2 and is priced at it too, an assumption its published runs support")
+    elif cluster.calibration.attention_length_curve is not None:
+        source = "the cluster's measured curve of its fused kernel"
+    else:
+        source = "FlashAttention-2's H100 length curve at the cluster's efficiency"
     return f"; its kernel is priced at {fwd / 1e12:,.0f} / {bwd / 1e12:,.0f} TFLOP/s forward / backward here ({source})"
 
 
