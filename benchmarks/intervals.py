@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fidelity import evaluate_runs, leave_one_group_out, moe_held_out  # noqa: E402
+from fidelity import SPEEDUP_PAIRS, evaluate_runs, leave_one_group_out, moe_held_out  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.uncertainty import model_key, table_key  # noqa: E402
@@ -183,6 +183,60 @@ def model_misses(residuals: dict[str, tuple[list, list]], tab: dict) -> dict:
     return out
 
 
+def speedup_pairs(residuals: dict[str, tuple[list, list]]) -> list[tuple[object, object, float, float]]:
+    """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) of every published pair of one
+    layout in both precisions, each run predicted out of its source group (its residual): the dense pairs
+    fidelity.SPEEDUP_PAIRS names (BF16 among the dense residuals, FP8 among the low-precision ones), and the MoE
+    rows whose ids differ only in their last word (the precision) with equal layouts, one BF16
+    (fidelity.moe_speedup_pairs' rule). With x = ln(predicted / measured throughput), the predicted ratio is
+    the measured one times exp(x_fp8 - x_bf16)."""
+    dense = {r.id: (r, x) for r, x in residuals["dense"][0]}
+    low = {r.id: (r, x) for r, x in residuals["low-precision"][0]}
+    out = []
+    for b, f in SPEEDUP_PAIRS:
+        if b in dense and f in low:
+            (rb, xb), (rf, xf) = dense[b], low[f]
+            measured = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu
+            out.append((rb, rf, measured, measured * math.exp(xf - xb)))
+    by_stem: dict[str, list] = {}
+    for r, x in residuals["moe"][0]:
+        by_stem.setdefault(r.id.rsplit("_", 1)[0], []).append((r, x))
+    for rows in by_stem.values():
+        for rf, xf in rows:
+            for rb, xb in rows:
+                if rf.training.fp8 is not None and rb.training.fp8 is None and rf.layout == rb.layout:
+                    measured = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu
+                    out.append((rb, rf, measured, measured * math.exp(xf - xb)))
+    return out
+
+
+def speedup_checks(residuals: dict[str, tuple[list, list]]) -> dict:
+    """Per (workload, GPU arch, kernel family) of the FP8 runs: how the published FP8-over-BF16 speedups of
+    speedup_pairs compare with the model's, in points (100 x (predicted - measured)): median, range, the pairs."""
+    by: dict[tuple, list] = {}
+    for rb, rf, measured, predicted in speedup_pairs(residuals):
+        w = "moe" if rf.model.moe is not None else "dense"
+        by.setdefault((w, rf.cluster.gpu.arch, rf.training.kernels), []).append((rf, measured, predicted))
+    out = {}
+    for key, rows in sorted(by.items(), key=str):
+        points = [100 * (p - m) for _, m, p in rows]
+        out[key] = dict(pairs=len(rows), median_points=statistics.median(points), lo_points=min(points),
+                        hi_points=max(points), groups=len({r.group for r, _, _ in rows}),
+                        measured=[m for _, m, _ in rows])
+    return out
+
+
+def _speedup_basis(key: tuple, v: dict) -> str:
+    w, arch, kernels = key
+    return (f"{v['pairs']} published FP8/BF16 pair{'s' * (v['pairs'] > 1)} of one layout ({WHAT_PAIR[w]} on "
+            f"{ARCH_NAMES.get(arch, f'arch {arch}')} with {kernels} kernels, {v['groups']} source "
+            f"group{'s' * (v['groups'] > 1)}; measured {', '.join(f'{m:.2f}x' for m in v['measured'])}), each run "
+            "predicted out of its source group")
+
+
+WHAT_PAIR = {"dense": "dense models", "moe": "MoE models"}
+
+
 def tables(residuals: dict[str, tuple[list, list]]) -> dict:
     """table() of every workload, one dict."""
     return {k: v for w, (step, mem) in residuals.items() for k, v in table(step, mem, w).items()}
@@ -219,9 +273,16 @@ def _miss_basis(w: str, v: dict) -> str:
             f"{v['lo']:.2f}-{v['hi']:.2f}x the predicted step time (median {v['median']:.2f}x), each predicted out of its source group")
 
 
-def write(tab: dict, misses: dict) -> None:
+def write(tab: dict, misses: dict, speedups: dict) -> None:
     path = ROOT / "planner" / "uncertainty.py"
     text = path.read_text()
+    rows = ["FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {"]
+    for key, v in speedups.items():
+        rows.append(f"    {key!r}: SpeedupCheck(pairs={v['pairs']}, median_points={v['median_points']:.1f}, "
+                    f"lo_points={v['lo_points']:.1f}, hi_points={v['hi_points']:.1f}, "
+                    f"basis=\"{_speedup_basis(key, v)}\"),")
+    rows.append("}")
+    text = re.sub(r"FP8_SPEEDUPS: dict\[.*?\n\}\n", lambda _: "\n".join(rows) + "\n", text, count=1, flags=re.S)
     rows = ["MODELS: dict[tuple[Workload, ModelKey, int, str], PredictionError] = {"]
     for (w, key, arch, kernels), v in misses.items():
         rows.append(f"    {(w, key, arch, kernels)!r}: PredictionError(step_time_bias={v['step_time_bias']:.4f}, "
@@ -280,8 +341,13 @@ def main(argv=None) -> int:
     print(f"\nmodels whose own published runs fall outside their table's 80 % interval ({len(misses)}):")
     for (w, _, _, _), v in misses.items():
         print(f"  {w:14s} {_miss_basis(w, v)}")
+    speedups = speedup_checks(residuals)
+    print(f"\nFP8-over-BF16 speedups of published pairs, predicted - measured ({len(speedups)} stacks):")
+    for key, v in speedups.items():
+        print(f"  {str(key):28s} median {v['median_points']:+5.1f} points, {v['lo_points']:+.1f} to {v['hi_points']:+.1f}: "
+              f"{_speedup_basis(key, v)}")
     if a.write:
-        write(tab, misses)
+        write(tab, misses, speedups)
         print("wrote planner/uncertainty.py")
     return 0
 

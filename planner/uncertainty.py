@@ -21,7 +21,8 @@ from typing import Literal
 from planner.specs import ClusterSpec, ModelSpec, PredictionError, TrainingSpec
 
 __all__ = ["Interval", "Workload", "workload", "model_key", "model_error", "table_key", "prediction_error", "interval",
-           "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS"]
+           "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS", "SpeedupCheck", "FP8_SPEEDUPS",
+           "fp8_speedup_check"]
 
 LEVELS = (0.8, 0.95)
 """The interval levels reported."""
@@ -82,6 +83,36 @@ MODELS: dict[tuple[Workload, ModelKey, int, str], PredictionError] = {
     ('moe', ('llama', 36, 2880, 64, 8, 201088, None, 128, 4, 2880), 10, 'fused'): PredictionError(step_time_bias=0.6432, step_time_sigma=0.2180, ranking_sigma=0.2145, memory_bias=0.0000, memory_sigma=0.0500, basis="gpt-oss-120b: 13 published MoE runs on Blackwell with fused kernels (1 source group) took 1.74-2.85x the predicted step time (median 1.90x), each predicted out of its source group"),
     ('moe', ('llama', 88, 4096, 32, 2, 131072, None, 512, 22, 2688), 10, 'fused'): PredictionError(step_time_bias=0.6184, step_time_sigma=0.2180, ranking_sigma=0.2145, memory_bias=0.0000, memory_sigma=0.0500, basis="nemotron-3-super-120b-a12b: 8 published MoE runs on Blackwell with fused kernels (1 source group) took 1.08-1.96x the predicted step time (median 1.86x), each predicted out of its source group"),
 }
+
+
+@dataclass(frozen=True)
+class SpeedupCheck:
+    """How the model's FP8-over-BF16 speedup compared with the measured one on the published pairs (one layout
+    run in both precisions by one source) of a stack: points = 100 x (predicted - measured speedup), each run
+    predicted out of its source group."""
+
+    pairs: int
+    median_points: float
+    lo_points: float
+    hi_points: float
+    basis: str
+
+
+# Written by `python benchmarks/intervals.py --write` (speedup_checks) from the same out-of-sample residuals as
+# PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family) of the FP8 run: what explain's FP8 sensitivity
+# line can be trusted to, where someone published both precisions of one layout on that stack.
+FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {
+    ('dense', 9, 'unfused'): SpeedupCheck(pairs=3, median_points=-14.1, lo_points=-31.9, hi_points=-13.5, basis="3 published FP8/BF16 pairs of one layout (dense models on Hopper with unfused kernels, 2 source groups; measured 1.28x, 1.29x, 1.62x), each run predicted out of its source group"),
+    ('moe', 10, 'fused'): SpeedupCheck(pairs=4, median_points=-0.4, lo_points=-2.0, hi_points=13.6, basis="4 published FP8/BF16 pairs of one layout (MoE models on Blackwell with fused kernels, 2 source groups; measured 1.13x, 1.38x, 1.41x, 1.41x), each run predicted out of its source group"),
+    ('moe', 9, 'fused'): SpeedupCheck(pairs=1, median_points=-1.3, lo_points=-1.3, hi_points=-1.3, basis="1 published FP8/BF16 pair of one layout (MoE models on Hopper with fused kernels, 1 source group; measured 1.15x), each run predicted out of its source group"),
+}
+
+
+def fp8_speedup_check(cluster: ClusterSpec, training: TrainingSpec, model: ModelSpec | None) -> SpeedupCheck | None:
+    """The published FP8/BF16 pairs of this kind of model (dense or MoE) on this GPU architecture with these
+    kernels (FP8_SPEEDUPS); None where none was published."""
+    kind = "moe" if model is not None and model.moe is not None else "dense"
+    return FP8_SPEEDUPS.get((kind, cluster.gpu.arch, training.kernels))
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,26 @@ def test_shipped_model_misses_are_current(out_of_sample):
             assert getattr(shipped, name) == pytest.approx(misses[key][name], abs=2e-4), (key, name)
 
 
+def test_shipped_fp8_speedup_checks_are_current(out_of_sample):
+    """planner.uncertainty.FP8_SPEEDUPS is what benchmarks/intervals.py computes from the residuals now; each
+    pair's predicted speedup is its measured one times exp(x_fp8 - x_bf16), x = ln(predicted / measured
+    throughput) out of sample."""
+    import intervals
+
+    from planner.uncertainty import FP8_SPEEDUPS
+
+    checks = intervals.speedup_checks(out_of_sample)
+    assert set(FP8_SPEEDUPS) == set(checks), "rerun python benchmarks/intervals.py --write"
+    for key, shipped in FP8_SPEEDUPS.items():
+        assert shipped.pairs == checks[key]["pairs"]
+        for name in ("median_points", "lo_points", "hi_points"):
+            assert getattr(shipped, name) == pytest.approx(checks[key][name], abs=0.06), (key, name)
+    pairs = intervals.speedup_pairs(out_of_sample)
+    assert {rf.id for _, rf, _, _ in pairs} >= {"torchtitan_8b_8gpu_FSDP_torchcompile_Float8",
+                                                 "dgxc_v25.05_grok1_314b_gb200_128gpu_fp8"}
+    assert all(rb.layout == rf.layout and rb.training.fp8 is None and rf.training.fp8 for rb, rf, _, _ in pairs)
+
+
 def test_a_known_miss_is_said_and_its_interval_covers_the_published_runs(out_of_sample):
     """GPT-OSS-120B's published Megatron-Bridge runs on Blackwell take about twice the predicted step: the
     MoE table's 80 % band (bias +0.18, sigma 0.24 in log space) would not cover them. Worked here from the
