@@ -15,8 +15,9 @@ from planner.errors import PlannerError
 from planner.search import PlanResult, plan
 from planner.space import check_workload, framework_training
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec, format_validation_error
+from planner.uncertainty import fp8_speedup_check, fp8_speedup_note
 
-__all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label"]
+__all__ = ["plan_choices", "plan_precisions", "merged_status", "combo_label", "fp8_choice_note"]
 
 
 def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, choices: dict[str, list], *,
@@ -65,10 +66,16 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "workload choice: " + ", ".join(
         [f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items()]
-        + refused)
+        + refused) + ("; " + fp8_choice_note(model, cluster, chosen.best.training) if "fp8" in names else "")
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line), refused_choices=tuple(refused)), results
+
+
+def fp8_choice_note(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str:
+    """What the published FP8/BF16 pairs of the chosen plan's stack (its kernels, on this GPU generation) say of
+    the FP8 gain an FP8 choice was decided on (uncertainty.FP8_SPEEDUPS)."""
+    return fp8_speedup_note(fp8_speedup_check(cluster, training, model))
 
 
 def combo_label(names: list[str], combo: tuple) -> str:

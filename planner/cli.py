@@ -448,17 +448,19 @@ def _exit_code(r) -> int:
 def _cmd_plan(a, out: Console) -> int:
     model, cluster, training = _problem(a)
     _emit_folder(a)
-    choice = ""
+    choice = fp8_note = ""
     options = {"fp8": _fp8_list(a, cluster), "optimizer_states": _states_list(a), "optimizer_offload": _offload_list(a)}
     options = {k: v for k, v in options.items() if len(v) > 1}
     if options:  # a workload choice: one proven search per combination, the fastest wins
-        from planner.choices import combo_label, plan_choices
+        from planner.choices import combo_label, fp8_choice_note, plan_choices
 
         r, results = plan_choices(model, cluster, training, options, top_k=a.top_k, time_limit_s=a.time_limit,
                                   framework=a.framework, **_constraints(a))
         choice = "; ".join(f"{combo_label(list(options), k)}: "
                            + (f"{res.best.step_time_s:.3f} s ({res.status})" if res.best else res.status)
                            for k, res in results.items()) + "".join(f"; {x}" for x in r.refused_choices)
+        if "fp8" in options and r.best is not None:
+            fp8_note = fp8_choice_note(model, cluster, r.best.training)
     else:
         r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
                  **_constraints(a))
@@ -486,6 +488,8 @@ def _cmd_plan(a, out: Console) -> int:
         t_ = r.best.training
         out.print(f"choice: {_u(choice)}; chosen: fp8={_u(t_.fp8 or 'none')} optimizer_states={t_.optimizer_states} "
                   f"optimizer_offload={t_.optimizer_offload:g}", markup=False)
+        if fp8_note:
+            out.print(f"note: {_u(fp8_note)}", markup=False)
     out.print(_plans_table("ranked layouts", [r.best, *r.alternatives], r.best))
     if r.structural:
         t = Table(title="structurally different options", title_justify="left")

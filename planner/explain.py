@@ -19,7 +19,7 @@ from planner.space import check_precision, default_fp8_recipe, framework_trainin
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from planner.torchtitan_engine import uses_torchtitan
 from planner.topology import placement
-from planner.uncertainty import SpeedupCheck, fp8_speedup_check
+from planner.uncertainty import fp8_speedup_check, fp8_speedup_note
 
 __all__ = ["explain", "explain_with_status"]
 
@@ -38,19 +38,6 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
     tps = b.tokens_per_second / base.tokens_per_second - 1
     return (f"{label}: {b.layout.short()}, {b.step_time_s:.2f} s/step, tokens/s {tps:+.0%} "
             f"(per GPU {b.tokens_per_second / b.num_gpus / (base.tokens_per_second / base.num_gpus) - 1:+.0%})")
-
-
-def _speedup_trust(check: SpeedupCheck | None) -> str:
-    """What the published FP8/BF16 pairs of this stack say of the FP8 sensitivity (uncertainty.FP8_SPEEDUPS):
-    the model's speedup against the measured one, in points, and which way to lean where it missed by more than 5."""
-    if check is None:
-        return "no published FP8/BF16 pair of one layout on this GPU generation and kernel family checks this gain"
-    m = round(check.median_points)
-    off = (f"{abs(m)} points below the measured one" if m < 0 else f"{m} points above the measured one" if m > 0
-           else "within a point of the measured one")
-    where = "" if check.pairs == 1 else f" (median; {check.lo_points:+.0f} to {check.hi_points:+.0f})"
-    verdict = "; expect more from FP8 than this" if m < -5 else "; expect less from FP8 than this" if m > 5 else ""
-    return f"on {check.basis}, the model's FP8 speedup was {off}{where}{verdict}"
 
 
 def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
@@ -305,7 +292,7 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
                                                         time_limit_s, constraints)
-                         + "; " + _speedup_trust(fp8_speedup_check(cluster, b.training, model)) + ".")
+                         + "; " + fp8_speedup_note(fp8_speedup_check(cluster, b.training, model)) + ".")
         if training.fp8_attention:  # priced at cuDNN's measured FP8 / BF16 speed of the core (cost.fp8_attention_speed)
             f, bw = fp8_attention_speed(model, cluster, training)
             lines.append("Sensitivity, " + _sensitivity(f"BF16 attention (FP8's core runs {f:.2f}x forward, {bw:.2f}x "

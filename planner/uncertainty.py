@@ -22,7 +22,7 @@ from planner.specs import ClusterSpec, ModelSpec, PredictionError, TrainingSpec
 
 __all__ = ["Interval", "Workload", "workload", "model_key", "model_error", "table_key", "prediction_error", "interval",
            "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS", "SpeedupCheck", "FP8_SPEEDUPS",
-           "fp8_speedup_check"]
+           "fp8_speedup_check", "fp8_speedup_note"]
 
 LEVELS = (0.8, 0.95)
 """The interval levels reported."""
@@ -165,6 +165,19 @@ def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelS
         **pooled.model_dump(), "memory_bias": memory.memory_bias, "memory_sigma": memory.memory_sigma,
         "basis": f"{pooled.basis}, none with {training.kernels} kernels; memory from the dense runs' "
                  f"{training.kernels}-kernel peaks"})
+
+
+def fp8_speedup_note(check: SpeedupCheck | None) -> str:
+    """What the published FP8/BF16 pairs of this stack say of the FP8 sensitivity (uncertainty.FP8_SPEEDUPS):
+    the model's speedup against the measured one, in points, and which way to lean where it missed by more than 5."""
+    if check is None:
+        return "no published FP8/BF16 pair of one layout on this GPU generation and kernel family checks this gain"
+    m = round(check.median_points)
+    off = (f"{abs(m)} points below the measured one" if m < 0 else f"{m} points above the measured one" if m > 0
+           else "within a point of the measured one")
+    where = "" if check.pairs == 1 else f" (median; {check.lo_points:+.0f} to {check.hi_points:+.0f})"
+    verdict = "; expect more from FP8 than this" if m < -5 else "; expect less from FP8 than this" if m > 5 else ""
+    return f"on {check.basis}, the model's FP8 speedup was {off}{where}{verdict}"
 
 
 def interval(predicted: float, bias: float, sigma: float, level: float) -> Interval:
