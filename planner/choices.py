@@ -66,7 +66,7 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "workload choice: " + ", ".join(
         [f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items()]
-        + refused) + ("; " + fp8_choice_note(model, cluster, chosen.best.training) if "fp8" in names else "")
+        + refused) + ("; " + fp8_choice_note(model, cluster, chosen.best.training) if None in choices.get("fp8", ()) else "")
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line), refused_choices=tuple(refused)), results
