@@ -173,7 +173,8 @@ def fp8_speedup_note(check: SpeedupCheck | None) -> str:
     if check is None:
         return "no published FP8/BF16 pair of one layout on this GPU generation and kernel family checks this gain"
     m = round(check.median_points)
-    off = (f"{abs(m)} points below the measured one" if m < 0 else f"{m} points above the measured one" if m > 0
+    points = f"{abs(m)} point{'s' * (abs(m) != 1)}"
+    off = (f"{points} below the measured one" if m < 0 else f"{points} above the measured one" if m > 0
            else "within a point of the measured one")
     where = "" if check.pairs == 1 else f" (median; {check.lo_points:+.0f} to {check.hi_points:+.0f})"
     verdict = "; expect more from FP8 than this" if m < -5 else "; expect less from FP8 than this" if m > 5 else ""

@@ -221,6 +221,8 @@ def test_published_fp8_speedup_pairs_are_the_sources_ratios_and_explain_reads_th
     assert "8 points above the measured one (median; +6 to +10); expect less from FP8" in fp8_speedup_note(above)
     close = SpeedupCheck(pairs=1, median_points=-0.4, lo_points=-0.4, hi_points=-0.4, basis="one pair")
     assert fp8_speedup_note(close).endswith("within a point of the measured one")
+    one = SpeedupCheck(pairs=1, median_points=-1.3, lo_points=-1.3, hi_points=-1.3, basis="one pair")
+    assert fp8_speedup_note(one).endswith("speedup was 1 point below the measured one")
 
 
 def test_fp8_linears_save_their_inputs_in_one_byte():
