@@ -8,6 +8,9 @@ BF16/FP16, dense low precision, MoE: workload()), GPU generation and kernel fami
 same workload pooled (PUBLISHED, written by benchmarks/intervals.py) -- with the memory error of the
 dense runs of that kernel family where none of the workload's ran it -- else the dense runs pooled.
 An MoE or FP8 job therefore carries the error measured on MoE or FP8 runs, not the dense one.
+
+FP8_SPEEDUPS, from the same residuals, says how the model's FP8-over-BF16 speedup compared with the measured one
+where a source published one layout in both precisions (fp8_speedup_note words it).
 """
 
 from __future__ import annotations
@@ -99,8 +102,8 @@ class SpeedupCheck:
 
 
 # Written by `python benchmarks/intervals.py --write` (speedup_checks) from the same out-of-sample residuals as
-# PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family) of the FP8 run: what explain's FP8 sensitivity
-# line can be trusted to, where someone published both precisions of one layout on that stack.
+# PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family) of the FP8 run: how far explain's FP8 sensitivity
+# and plan's FP8 choice can be trusted, where someone published both precisions of one layout on that stack.
 FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {
     ('dense', 9, 'unfused'): SpeedupCheck(pairs=3, median_points=-14.1, lo_points=-31.9, hi_points=-13.5, basis="3 published FP8/BF16 pairs of one layout (dense models on Hopper with unfused kernels, 2 source groups; measured 1.28x, 1.29x, 1.62x), each run predicted out of its source group"),
     ('moe', 10, 'fused'): SpeedupCheck(pairs=4, median_points=-0.4, lo_points=-2.0, hi_points=13.6, basis="4 published FP8/BF16 pairs of one layout (MoE models on Blackwell with fused kernels, 2 source groups; measured 1.13x, 1.38x, 1.41x, 1.41x), each run predicted out of its source group"),
@@ -168,8 +171,9 @@ def prediction_error(cluster: ClusterSpec, training: TrainingSpec, model: ModelS
 
 
 def fp8_speedup_note(check: SpeedupCheck | None) -> str:
-    """What the published FP8/BF16 pairs of this stack say of the FP8 sensitivity (uncertainty.FP8_SPEEDUPS):
-    the model's speedup against the measured one, in points, and which way to lean where it missed by more than 5."""
+    """What the published FP8/BF16 pairs of a stack (fp8_speedup_check) say of an FP8-over-BF16 gain the model
+    prices for it (explain's FP8 sensitivity, plan's FP8 choice): the model's speedup against the measured one, in
+    points, and which way to lean where the median missed by more than 5."""
     if check is None:
         return "no published FP8/BF16 pair of one layout on this GPU generation and kernel family checks this gain"
     m = round(check.median_points)
