@@ -163,6 +163,37 @@ def print_table(title: str, groups: dict[str, list[float]]) -> None:
     print(f"{'median of group medians':34s} {'':5s} {statistics.median(meds):13.1%}")
 
 
+PRESSURE_BINS = (0.0, 0.8, 0.9, 0.95, float("inf"))
+"""Edges of the predicted peak / GPU capacity bins memory_pressure groups the rows into."""
+
+
+def memory_pressure(results) -> list[tuple[float, float, list[tuple[object, float, float]]]]:
+    """The evaluated rows (not out-of-memory ones) by how close their predicted peak comes to the GPU's capacity:
+    per PRESSURE_BINS bin (lo, hi, [(run, predicted peak / capacity, predicted / measured throughput - 1)])."""
+    bins = [(lo, hi, []) for lo, hi in zip(PRESSURE_BINS, PRESSURE_BINS[1:])]
+    for r, plan, _ in results:
+        if plan is None or r.oom:
+            continue
+        share = plan.peak_memory_bytes / plan.memory.capacity
+        err = plan.tokens_per_second / plan.num_gpus / r.tokens_per_s_per_gpu - 1
+        next(rows for lo, hi, rows in bins if lo <= share < hi).append((r, share, err))
+    return bins
+
+
+def print_memory_pressure(title: str, results) -> None:
+    """memory_pressure's bins: rows, median signed error and range; the rows of the last bin by name."""
+    bins = memory_pressure(results)
+    print(f"\n{title:40s} {'rows':>5s} {'median err':>11s} {'range':>17s}")
+    for lo, hi, rows in bins:
+        if rows:
+            errs = [e for _, _, e in rows]
+            top = "+" if hi == float("inf") else f"-{hi:.2f}"
+            print(f"{'predicted peak / capacity ' + f'{lo:.2f}' + top:40s} {len(rows):5d} {statistics.median(errs):+11.1%} "
+                  f"{min(errs):+8.1%} {max(errs):+8.1%}")
+    for r, share, err in sorted(bins[-1][2], key=lambda x: x[1]):
+        print(f"  {r.id:60s} {share:6.1%} {err:+7.1%}")
+
+
 def print_memory(title: str, mem: dict[str, list[float]]) -> None:
     """Per group: rows that publish a peak, the ledger's median and largest signed error against them."""
     if not mem:
@@ -256,6 +287,7 @@ def main(argv=None) -> int:
         if args.rows:
             print_held_out_rows(logo)
     print_memory("peak memory (where published)", mem)
+    print_memory_pressure("step time by memory pressure, in sample", results)
     ooms = [(r, p) for r, p, _ in results if r.oom and p is not None]
     if ooms:
         agree = sum(not p.fits for _, p in ooms)

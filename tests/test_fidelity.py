@@ -45,6 +45,21 @@ def test_megatron_sc21_rows(results):
     assert max(errs) <= 0.15
 
 
+def test_memory_pressure_bins_every_priced_row_once(results):
+    """fidelity.memory_pressure puts each priced row (not the out-of-memory ones) in the bin of its predicted
+    peak / GPU capacity, once; the README's table reads the two rows priced above 95 % of capacity (MPT-30B at 8K
+    tokens on 8 A100s and 8 H100s, 97.1 % and 97.6 %) by name."""
+    import fidelity
+
+    bins = fidelity.memory_pressure([(r, p, None) for r, p in results])
+    rows = [x for _, _, xs in bins for x in xs]
+    assert len(rows) == sum(not r.oom for r, _ in results) == len({r.id for r, _, _ in rows})
+    for lo, hi, xs in bins:
+        assert all(lo <= share < hi for _, share, _ in xs)
+    assert {r.id for r, _, _ in bins[-1][2]} == {"llmfoundry_mpt30b_a100_80gb_8gpu_s8192_mb1_gbs168",
+                                                "llmfoundry_mpt30b_h100_80gb_8gpu_s8192_mb1_gbs168"}
+
+
 def test_published_oom_runs_do_not_fit(results):
     ooms = [p for r, p in results if r.oom]
     assert ooms and not any(p.fits for p in ooms)
