@@ -14,6 +14,7 @@ is the estimate of its error on a stack it has not seen; with --rows, its 30 wor
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 from dataclasses import replace
@@ -310,9 +311,8 @@ def print_known_misses() -> None:
 
 
 MOE_FIT_GROUP = "megatron_bridge_perf_summary_moe"
-"""The source group the two parameters fitted on MoE rows come from: calibration.mxfp8_gemm_in_training
-(Blackwell: the Megatron-Bridge 25.11 DeepSeek-V3 GB300 BF16 / MXFP8 pair) and calibration.grouped_gemm_call
-(it binds on that group's rows alone: the others' experts are too large for the host's floor)."""
+"""The source group calibration.mxfp8_gemm_in_training is fitted on (Blackwell: the Megatron-Bridge 25.11
+DeepSeek-V3 GB300 BF16 / MXFP8 pair); its prior (None: the per-tensor share) prices that group held out."""
 GROUPED_GEMM_CALL_MEASURED = 0.267e-3 / 8
 """Seconds of host per expert GEMM measured outside any training run: Transformer Engine's multi-stream
 cuBLASLt grouped GEMM on SM100 (the path nvte_multi_tensor_gemm takes), 8 experts of 128 tokens at
@@ -321,22 +321,66 @@ N = K = 2048 with operands pre-quantised, 0.267 ms a call of 8 GEMMs whose kerne
 'TN (fprop)', row '8e x 128 ... pure', column multi-stream]: 33 us. A lower bound on the fitted value:
 a training step's grouped linear also splits, quantises and allocates per expert on the host."""
 
-MOE_PRIORS = {"mxfp8_gemm_in_training": None, "grouped_gemm_call": GROUPED_GEMM_CALL_MEASURED}
-"""What those parameters are without their fit: the per-tensor FP8 share, and the host's floor at its
-microbenchmark (GROUPED_GEMM_CALL_MEASURED). With no floor at all the held-out median is 39.0 %."""
+MOE_GRID = {"grouped_gemm_call": [30e-6, 35e-6, 40e-6, 45e-6, 50e-6, 60e-6],
+            "moe_host_stall": [0.0, 0.5e-3, 1e-3, 1.25e-3, 1.5e-3, 1.75e-3, 2e-3, 2.5e-3, 3e-3, 4e-3]}
+"""The host's two costs fitted on the MoE rows of every source group, one value each for every GPU: the floor
+under each expert GEMM of a grouped linear (calibration.grouped_gemm_call) and the GPU's idle time at every
+MoE layer forward's host sync (calibration.moe_host_stall)."""
+
+MOE_PRIORS = {"grouped_gemm_call": GROUPED_GEMM_CALL_MEASURED, "moe_host_stall": 0.0}
+"""What MOE_GRID's parameters are where rows cannot tell them apart (a fit's ties go here): the host's floor at
+its microbenchmark (GROUPED_GEMM_CALL_MEASURED), no stall."""
+
+_MOE_ERRORS: dict[tuple, float] = {}
+
+
+def _moe_error(r, update: dict) -> float:
+    """|predicted / published throughput - 1| of one MoE row with its calibration updated, evaluated once."""
+    key = (r.id, tuple(sorted(update.items())))
+    if key not in _MOE_ERRORS:
+        p = evaluate(r.model, _with(r.cluster, update), r.training, r.layout)
+        _MOE_ERRORS[key] = abs(p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
+    return _MOE_ERRORS[key]
+
+
+def moe_fit(rows, base: dict | None = None) -> dict:
+    """MOE_GRID's point with the lowest mean of the source groups' median |error| on `rows` (every group weighted
+    alike, as benchmarks/calibrate.py weighs the dense ones), `base` held; ties go to the point nearer MOE_PRIORS."""
+    base = base or {}
+    grid = {k: sorted(set(v) | {MOE_PRIORS[k]}) for k, v in MOE_GRID.items()}
+    best = None
+    for values in itertools.product(*grid.values()):
+        upd = dict(zip(grid, values))
+        groups: dict[str, list[float]] = {}
+        for r in rows:
+            groups.setdefault(r.group, []).append(_moe_error(r, {**base, **upd}))
+        score = statistics.mean(statistics.median(v) for v in groups.values())
+        key = (round(score, 6), sum(upd[k] != MOE_PRIORS[k] for k in upd))
+        if best is None or key < best[0]:
+            best = (key, upd)
+    return best[1]
+
+
+def _moe_point(p: dict) -> str:
+    return f"{p['grouped_gemm_call'] * 1e6:.1f} us an expert GEMM, {p['moe_host_stall'] * 1e3:.2f} ms a stall"
 
 
 def moe_held_out(runs):
-    """The MoE runs with the parameters fitted on MoE rows at their priors in the group they were fitted
-    on (MOE_PRIORS), so that group is priced out of sample (the other groups never informed them)."""
-    return [replace(r, cluster=_with(r.cluster, MOE_PRIORS)) if r.group == MOE_FIT_GROUP else r for r in runs]
+    """The MoE runs each priced out of its source group: MOE_GRID's parameters refitted on the other groups'
+    rows (moe_fit), and in MOE_FIT_GROUP the MXFP8 share at its prior (None), so no group informs its own."""
+    usable = [r for r in runs if r.tokens_per_s_per_gpu]
+    refit = {}
+    for g in sorted({r.group for r in runs}):
+        base = {"mxfp8_gemm_in_training": None} if g == MOE_FIT_GROUP else {}
+        refit[g] = {**base, **moe_fit([r for r in usable if r.group != g], base)}
+    return [replace(r, cluster=_with(r.cluster, refit[r.group])) for r in runs]
 
 
 def moe(rows: bool = False) -> None:
-    """MoE rows (benchmarks/data/moe_runs.yaml): two parameters are fitted on them (Blackwell's MXFP8 share,
-    the host's cost per expert GEMM), so the table is printed twice: as shipped, and with the group they
-    were fitted on priced at their priors (moe_held_out), out of sample; the rows the planner cannot price
-    are counted by reason."""
+    """MoE rows (benchmarks/data/moe_runs.yaml): three parameters are fitted on them (Blackwell's MXFP8 share on
+    Megatron-Bridge's rows; the host's cost per expert GEMM and its stall at every MoE forward's sync on every
+    group's), so the table is printed twice: as shipped, and each group priced with them refitted without it
+    (moe_held_out), out of sample; the rows the planner cannot price are counted by reason."""
     runs, skipped = load_moe_runs()
     results = evaluate_runs(runs)
     held = evaluate_runs(moe_held_out(runs))
@@ -349,8 +393,13 @@ def moe(rows: bool = False) -> None:
                 share = plan.time.breakdown()["ep_comm"] / plan.step_time_s
                 print(f"{r.id:56s} {str(r.training.fp8):10s} {r.layout.short()[:50]:50s} {r.tokens_per_s_per_gpu:7.0f} "
                       f"{pred:7.0f} {pred / r.tokens_per_s_per_gpu - 1:+7.1%}  all-to-all {share:.0%}")
-    print_table_p90("MoE rows (2 parameters fitted)", results)
-    print_table_p90("MoE rows, fit group held out", held)
+    print_table_p90("MoE rows (3 parameters fitted)", results)
+    fitted = moe_fit([r for r in runs if r.tokens_per_s_per_gpu])
+    print(f"the host's costs fitted on every group: {_moe_point(fitted)} (the catalog: "
+          f"{_moe_point({k: getattr(runs[0].cluster.calibration, k) for k in MOE_GRID})})")
+    for r in {r.group: r for r, _, _ in held}.values():
+        print(f"  {r.group} held out: {_moe_point({k: getattr(r.cluster.calibration, k) for k in MOE_GRID})}")
+    print_table_p90("MoE rows, each group held out", held)
     rejected = sum(p is None for _, p, _ in results)
     reasons: dict[str, int] = {}
     for _, why in skipped:

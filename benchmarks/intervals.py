@@ -11,8 +11,9 @@ MoE: their errors differ, so an MoE or FP8 job must not carry the dense rows' sp
 keyed by (GPU arch, kernel family) where a key has residuals from MIN_GROUPS source groups, else
 the workload's rows pooled. FP8 rows are priced with the BF16 rows' parameters and the FP8 GEMM
 share refitted without their source group; MoE rows with the BF16 rows' parameters refitted
-without their source group, and the two parameters fitted on them at their priors in the group they were
-fitted on (fidelity.moe_held_out). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
+without their source group, and the three fitted on MoE rows (the host's cost per expert GEMM and its stall at
+every MoE forward's sync refitted on the other groups, Blackwell's MXFP8 share at its prior in the group it was
+fitted on: fidelity.moe_held_out). Memory: residuals of the rows that publish a peak (no memory parameter is refitted
 per group, so these are in-sample for the overhead only).
 
 Prints the table and two coverages of the 80 % and 95 % intervals: built from the other half of
@@ -94,8 +95,8 @@ def workload_residuals() -> dict[str, tuple[list, list]]:
     BF16/FP16 rows leave their group out of the refit; the FP8 rows are predicted with the BF16
     rows' parameters and the FP8 share (fp8_gemm_in_training) refitted without their group (a
     group with BF16 rows too, torchtitan's, does not see them); the MoE rows with the BF16 rows'
-    parameters refitted without their group and the two fitted on MoE rows (Blackwell's MXFP8 share, the
-    host's cost per expert GEMM) at their priors in the group they were fitted on (fidelity.moe_held_out). Memory: the workload's
+    parameters refitted without their group and the three fitted on MoE rows refitted without it too (the host's
+    cost per expert GEMM and its stall; Blackwell's MXFP8 share at its prior: fidelity.moe_held_out). Memory: the workload's
     own published peaks, split by kernel family in table() (no MoE run publishes one)."""
     dense, low = load_runs(), load_runs(low_precision=True)
     return {"dense": (step_residuals(dense), memory_residuals(dense)),

@@ -97,7 +97,8 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
     fitted = [f"at {cal.ep_comm_speed:.2f}x the priced speed"] if cal.ep_comm_speed != 1 else []
     if cal.moe_host_stall:  # calibration.moe_host_stall: counted with the forward's dispatch
         fitted.append(f"with a {cal.moe_host_stall * 1e3:.2f} ms host stall in each MoE forward")
-    calibrated = f" ({' and '.join(fitted)}, as calibrated)" if fitted else ""
+    whose = "as calibrated" if cal.moe_fitted_on else "the catalog's, fitted on the published MoE runs"
+    calibrated = f" ({' and '.join(fitted)}, {whose})" if fitted else ""
     out = [f"Experts: {e.num_experts} per layer, top-{e.top_k}{latent}; ep {lay.ep} x etp {lay.expert_tp} puts "
            f"{e.num_experts // lay.ep} experts on each GPU (expert data parallel {lay.edp}); the EP group runs "
            f"{where}: {moves}, {ep_s:.2f} s of the step on the busiest rank ({ep_s / b.step_time_s:.0%}){calibrated}; "

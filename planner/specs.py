@@ -966,9 +966,10 @@ class Calibration(_Spec):
     without CUDA graphs Megatron's dispatchers synchronise there [megatron-core 0.19.2 transformer/moe/
     token_dispatcher.py: MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize at cuda_sync_point, set
     'before_ep_alltoall' by preprocess when ep or tp > 1], as torchtitan 0.3's does for its splits
-    (AllToAllTokenDispatcher.dispatch). 0 in the catalog: a stall fitted to the published runs of one
-    source did not hold for another (README, Mixture-of-Experts), so it is left for `planner calibrate` to
-    fit from one's own MoE runs."""
+    (AllToAllTokenDispatcher.dispatch). The catalog's is fitted with grouped_gemm_call on the published MoE
+    runs of all three source groups, one value for every GPU (benchmarks/fidelity.py: moe_fit; 1.5 ms); held
+    out, each group's refit on the other two prices it better than none did (README, Mixture-of-Experts).
+    `planner calibrate` fits one's own from one's MoE runs. ASSUMPTION: torchtitan's stall is Megatron's."""
     moe_fitted_on: tuple[Name, ...] = ()
     """The MoE models (ModelSpec.name) whose logs `planner calibrate` fitted this calibration to; () for
     the catalog's. Fitted on one MoE model, the host's floor and stall follow its expert GEMMs, so

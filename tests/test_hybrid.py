@@ -292,8 +292,9 @@ def test_the_moe_module_checkpoint_keeps_only_the_blocks_input():
 
 
 def test_the_moe_module_reruns_the_block_and_its_all_to_alls():
-    """Its recompute re-runs the whole block forward: at least its routed GEMMs at the GPU's dense peak and
-    its dispatch and combine; Megatron refuses it beside the EP overlap, and the H100 recipe's modules are priced."""
+    """Its recompute re-runs the whole block forward: at least its routed GEMMs at the GPU's dense peak, its
+    dispatch and combine, and the host's stall at the re-run forward's sync (calibration.moe_host_stall); Megatron
+    refuses it beside the EP overlap, and the H100 recipe's modules are priced."""
     from planner.cost import _layer_time, moe_time
     from planner.space import layout_problems
 
@@ -304,7 +305,8 @@ def test_the_moe_module_reruns_the_block_and_its_all_to_alls():
     lt = _layer_time(m, c, t, lay, symbol="E")
     block = moe_time(m, c, t, 1, 1, 1, 8, 1)
     routed_flops = 2 * 8192 * 6 * (2 * 2688 * 1856)  # FC1 and FC2 of 6 experts a token
-    assert lt.recompute_of(("moe",)) == pytest.approx(block.gemm + block.memory + block.ep)
+    assert c.calibration.moe_host_stall == pytest.approx(1.5e-3)
+    assert lt.recompute_of(("moe",)) == pytest.approx(block.gemm + block.memory + block.ep + 1.5e-3)
     assert lt.recompute_of(("moe",)) > routed_flops / c.gpu.peak_bf16_flops + block.ep
     assert planner.evaluate(m, c, t, lay).step_time_s > 0
     overlapped = lay.model_copy(update={"ep_overlap": True})

@@ -1062,12 +1062,12 @@ def test_allgather_dispatcher_gathers_every_token_over_etp_x_ep():
 
 def test_an_expert_gemm_waits_for_the_host_to_issue_it():
     """Transformer Engine's grouped linear issues one cuBLASLt matmul per local expert from the host
-    (nvte_multi_tensor_gemm), 60 us each in the catalog, so FC1 and FC2 each take at least local x 60 us.
+    (nvte_multi_tensor_gemm), 45 us each in the catalog, so FC1 and FC2 each take at least local x 45 us.
     Qwen3-30B-A3B on 8 GB200 (EP 8: 16 local experts), MXFP8, 4 x 4,096 tokens: each expert gets
     16,384 x 8 / 16 = 8,192 rows; FC1 8,192 x 2,048 x 1,536 x 2 = 51.5 GFLOP runs at GB200's FP8 curve
     between 17.2 GFLOP (0.45) and 137 (0.57), log-interpolated, times MXFP8's 0.76 of 5 PFLOP/s: ~29 us,
-    FC2 (25.8 GFLOP, 0.416 x 0.76) ~16 us; both under 60 us, so the forward's routed GEMMs take
-    2 x 16 x 60 us = 1.92 ms beside the router's BF16 GEMM. With the experts' GEMMs longer than the call
+    FC2 (25.8 GFLOP, 0.416 x 0.76) ~16 us; both under 45 us, so the forward's routed GEMMs take
+    2 x 16 x 45 us = 1.44 ms beside the router's BF16 GEMM. With the experts' GEMMs longer than the call
     (Mixtral-8x7B: 8 experts, EP 8, one each, 16,384 tokens x top 2 = 32,768 rows) the floor does not bind,
     and torchtitan's one torch._grouped_mm per projection never pays it."""
     import math
@@ -1080,9 +1080,9 @@ def test_an_expert_gemm_waits_for_the_host_to_issue_it():
     fc1, fc2 = 2 * 8192 * 2048 * 1536, 2 * 8192 * 768 * 2048
     eff = [0.45 + 0.12 * math.log(f / 17.2e9) / math.log(137 / 17.2) for f in (fc1, fc2)]
     gpu = [f / (5000e12 * e * 0.76) for f, e in zip((fc1, fc2), eff)]
-    assert max(gpu) < 60e-6
+    assert max(gpu) < 45e-6
     got = moe_time(m, c, t, tp=1, cp=1, b=4, ep=8, etp=1, dispatcher="deepep").gemm
-    assert got == pytest.approx(router + 2 * 16 * 60e-6, rel=1e-6)
+    assert got == pytest.approx(router + 2 * 16 * 45e-6, rel=1e-6)
     none = c.model_copy(update={"calibration": c.calibration.model_copy(update={"grouped_gemm_call": 0.0})})
     assert moe_time(m, none, t, tp=1, cp=1, b=4, ep=8, etp=1, dispatcher="deepep").gemm == pytest.approx(
         router + 16 * sum(gpu), rel=2e-3)
@@ -1096,7 +1096,7 @@ def test_an_expert_gemm_waits_for_the_host_to_issue_it():
 
 
 def test_explain_names_the_hosts_floor_where_it_binds():
-    """Qwen3-30B-A3B on 16 GB200 at EP 8 (16 experts a GPU): each grouped GEMM is 16 calls x 60 us, more than
+    """Qwen3-30B-A3B on 16 GB200 at EP 8 (16 experts a GPU): each grouped GEMM is 16 calls x 45 us, more than
     the GPU needs for FC2, so explain says the expert GEMMs wait on the host; Mixtral's one large expert a GPU
     does not."""
     from planner.explain import explain
@@ -1104,6 +1104,6 @@ def test_explain_names_the_hosts_floor_where_it_binds():
     c = planner.load_cluster("gb200-nvl72", nodes=4)
     lines = explain(planner.load_model("qwen3-30b-a3b"), c,
                     TrainingSpec(global_batch_size=256, seq_length=4096, fp8="mxfp8"), ep=8)
-    assert any("wait on the host" in line and "16 x 60 us = 0.96 ms" in line for line in lines)
+    assert any("wait on the host" in line and "16 x 45 us = 0.72 ms" in line for line in lines)
     lines = explain(planner.load_model("mixtral-8x7b"), c, TrainingSpec(global_batch_size=256, seq_length=4096), ep=8)
     assert not any("wait on the host" in line for line in lines)
