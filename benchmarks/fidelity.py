@@ -76,7 +76,7 @@ def leave_one_group_out(runs, fit_runs=None, fp8_runs=None) -> dict[str, list[tu
     """(run, signed throughput error) of each source group's rows, predicted with parameters refitted
     without the group: on the other groups of `runs`, or of `fit_runs` where given (the BF16/FP16
     rows, for predicting FP8 or MoE rows); with `fp8_runs` (the FP8 rows) fp8_gemm_in_training is
-    refitted on their other groups too (the MoE rows keep the catalog's; the two parameters fitted on them are
+    refitted on their other groups too (the MoE rows keep the catalog's; the three parameters fitted on them are
     held out by moe_held_out)."""
     usable = [r for r in runs if not r.oom]
     pool = usable if fit_runs is None else [r for r in fit_runs if not r.oom]
