@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from calibrate import FP8_GRID, GRID, fit, generation, prior_of  # noqa: E402
+from calibrate import FP8_GRID, GRID, fit, generation, prior_of, row_error  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.errors import PlannerError  # noqa: E402
@@ -331,18 +331,6 @@ MOE_PRIORS = {"grouped_gemm_call": GROUPED_GEMM_CALL_MEASURED, "moe_host_stall":
 """What MOE_GRID's parameters are where rows cannot tell them apart (a fit's ties go here): the host's floor at
 its microbenchmark (GROUPED_GEMM_CALL_MEASURED), no stall."""
 
-_MOE_ERRORS: dict[tuple, float] = {}
-
-
-def _moe_error(r, update: dict) -> float:
-    """|predicted / published throughput - 1| of one MoE row with its calibration updated, evaluated once."""
-    key = (r.id, tuple(sorted(update.items())))
-    if key not in _MOE_ERRORS:
-        p = evaluate(r.model, _with(r.cluster, update), r.training, r.layout)
-        _MOE_ERRORS[key] = abs(p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
-    return _MOE_ERRORS[key]
-
-
 def moe_fit(rows, base: dict | None = None) -> dict:
     """MOE_GRID's point with the lowest mean of the source groups' median |error| on `rows` (every group weighted
     alike, as benchmarks/calibrate.py weighs the dense ones), `base` held; ties go to the point nearer MOE_PRIORS."""
@@ -353,7 +341,7 @@ def moe_fit(rows, base: dict | None = None) -> dict:
         upd = dict(zip(grid, values))
         groups: dict[str, list[float]] = {}
         for r in rows:
-            groups.setdefault(r.group, []).append(_moe_error(r, {**base, **upd}))
+            groups.setdefault(r.group, []).append(row_error(r, {**base, **upd}))
         score = statistics.mean(statistics.median(v) for v in groups.values())
         key = (round(score, 6), sum(upd[k] != MOE_PRIORS[k] for k in upd))
         if best is None or key < best[0]:
@@ -411,22 +399,21 @@ def moe(rows: bool = False) -> None:
     print_speedups("MoE FP8 speedup over BF16 (same layout)", moe_speedup_pairs(results))
 
 
-def moe_speedup_pairs(results) -> list[tuple[str, float, float]]:
-    """(FP8 row, measured, predicted FP8-over-BF16 throughput ratio) for each MoE row whose source
-    publishes the same layout in BF16 too: ids equal but for their last word (the precision), layouts
-    equal, one row BF16."""
+def same_layout_pairs(runs) -> list[tuple[object, object]]:
+    """(BF16 run, FP8 run) of each MoE row whose source publishes the same layout in BF16 too: ids equal but for
+    their last word (the precision), layouts equal, one row BF16."""
     by_stem: dict[str, list] = {}
-    for r, plan, _ in results:
-        if plan is not None:
-            by_stem.setdefault(r.id.rsplit("_", 1)[0], []).append((r, plan))
-    out = []
-    for rows in by_stem.values():
-        bf16 = [(r, p) for r, p in rows if r.training.fp8 is None]
-        for rf, pf in rows:
-            for rb, pb in bf16:
-                if rf.training.fp8 is not None and rf.layout == rb.layout:
-                    out.append((rf.id, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s))
-    return out
+    for r in runs:
+        by_stem.setdefault(r.id.rsplit("_", 1)[0], []).append(r)
+    return [(rb, rf) for rows in by_stem.values() for rf in rows for rb in rows
+            if rf.training.fp8 is not None and rb.training.fp8 is None and rf.layout == rb.layout]
+
+
+def moe_speedup_pairs(results) -> list[tuple[str, float, float]]:
+    """(FP8 row, measured, predicted FP8-over-BF16 throughput ratio) for each same_layout_pairs pair."""
+    plans = {r.id: plan for r, plan, _ in results if plan is not None}
+    return [(rf.id, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, plans[rb.id].step_time_s / plans[rf.id].step_time_s)
+            for rb, rf in same_layout_pairs(r for r, plan, _ in results if plan is not None)]
 
 
 def print_speedups(title: str, pairs: list[tuple[str, float, float]]) -> None:

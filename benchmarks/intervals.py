@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fidelity import SPEEDUP_PAIRS, evaluate_runs, leave_one_group_out, moe_held_out  # noqa: E402
+from fidelity import SPEEDUP_PAIRS, evaluate_runs, leave_one_group_out, moe_held_out, same_layout_pairs  # noqa: E402
 from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.uncertainty import model_key, table_key  # noqa: E402
@@ -189,26 +189,15 @@ def speedup_pairs(residuals: dict[str, tuple[list, list]]) -> list[tuple[object,
     layout in both precisions, each run predicted out of its source group (its residual): the dense pairs
     fidelity.SPEEDUP_PAIRS names (BF16 among the dense residuals, FP8 among the low-precision ones), and the MoE
     rows whose ids differ only in their last word (the precision) with equal layouts, one BF16
-    (fidelity.moe_speedup_pairs' rule). With x = ln(predicted / measured throughput), the predicted ratio is
+    (fidelity.same_layout_pairs). With x = ln(predicted / measured throughput), the predicted ratio is
     the measured one times exp(x_fp8 - x_bf16)."""
-    dense = {r.id: (r, x) for r, x in residuals["dense"][0]}
-    low = {r.id: (r, x) for r, x in residuals["low-precision"][0]}
-    out = []
-    for b, f in SPEEDUP_PAIRS:
-        if b in dense and f in low:
-            (rb, xb), (rf, xf) = dense[b], low[f]
-            measured = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu
-            out.append((rb, rf, measured, measured * math.exp(xf - xb)))
-    by_stem: dict[str, list] = {}
-    for r, x in residuals["moe"][0]:
-        by_stem.setdefault(r.id.rsplit("_", 1)[0], []).append((r, x))
-    for rows in by_stem.values():
-        for rf, xf in rows:
-            for rb, xb in rows:
-                if rf.training.fp8 is not None and rb.training.fp8 is None and rf.layout == rb.layout:
-                    measured = rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu
-                    out.append((rb, rf, measured, measured * math.exp(xf - xb)))
-    return out
+    x = {r.id: e for w in ("dense", "low-precision", "moe") for r, e in residuals[w][0]}
+    dense = {r.id: r for r, _ in residuals["dense"][0]}
+    low = {r.id: r for r, _ in residuals["low-precision"][0]}
+    pairs = [(dense[b], low[f]) for b, f in SPEEDUP_PAIRS if b in dense and f in low]
+    pairs += same_layout_pairs(r for r, _ in residuals["moe"][0])
+    return [(rb, rf, m, m * math.exp(x[rf.id] - x[rb.id]))
+            for rb, rf in pairs for m in [rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu]]
 
 
 def speedup_checks(residuals: dict[str, tuple[list, list]]) -> dict:
