@@ -661,6 +661,27 @@ def test_ep_overlap_hides_the_all_to_all_behind_the_other_micro_batch():
     assert "ov=ep" in b.layout.short()
 
 
+def test_ep_overlap_with_tp_on_hopper_gets_more_than_one_hardware_queue(megatron_path):
+    """The EP overlap needs CUDA_DEVICE_MAX_CONNECTIONS > 1 (megatron-core transformer/moe/README.md), TP on Hopper
+    asks for 1: with the overlap on, the launch takes Megatron-Bridge's performance scripts' value (32 under DeepEP,
+    8 with the all-to-all dispatcher; scripts/performance/utils/overrides.py), without it 1, on Blackwell none; and
+    megatron-core 0.19.2's own validate_args accepts each (it only warns where TP meets the overlap)."""
+    pytest.importorskip("torch")
+    from planner.check import check_megatron, megatron_payload
+
+    m, t = planner.load_model("qwen3-30b-a3b"), TrainingSpec(global_batch_size=256, seq_length=4096)
+    h100, b200 = planner.load_cluster("dgx-h100", nodes=2), planner.load_cluster("dgx-b200", nodes=2)
+    base = Layout(tp=2, pp=1, dp=8, ep=8, etp=1, zero_stage=1, micro_batch_size=2, sequence_parallel=True)
+    cases = [(h100, base.model_copy(update={"ep_overlap": True}), "8"),
+             (h100, base.model_copy(update={"ep_overlap": True, "moe_dispatcher": "deepep"}), "32"),
+             (h100, base, "1"), (b200, base.model_copy(update={"ep_overlap": True}), None)]
+    plans = [planner.evaluate(m, c, t, lay) for c, lay, _ in cases]
+    assert [p.to_megatron().env.get("CUDA_DEVICE_MAX_CONNECTIONS") for p in plans] == [want for *_, want in cases]
+    results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
+                              for p in plans])
+    assert [r.ok for r in results] == [True] * 4, [r.line() for r in results]
+
+
 def test_interleaved_ep_overlap_runs_one_more_warm_up_chunk():
     """Megatron's interleaved warm-up is 2(p - i - 1) + (v - 1) p chunk-micro-batches, one more with
     overlap_moe_expert_parallel_comm, each rank then holding one more [megatron-core 0.19.2

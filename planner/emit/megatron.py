@@ -261,16 +261,31 @@ def megatron_args(plan: Plan) -> list[str]:
     return a
 
 
+EP_OVERLAP_CONNECTIONS = {"deepep": "32", "alltoall": "8"}
+"""CUDA_DEVICE_MAX_CONNECTIONS under the EP overlap (--overlap-moe-expert-parallel-comm) with TP or CP before
+Blackwell, by token dispatcher: Megatron-Bridge's performance scripts' choice [NVIDIA-NeMo/Megatron-Bridge
+scripts/performance/utils/overrides.py: 32 for DeepEP/HybridEP, else 8; 1 only with TP or CP and no overlap].
+The overlap needs more than one hardware queue (megatron-core transformer/moe/README.md: 'Requirements for EP A2A
+Overlap: ... CUDA_DEVICE_MAX_CONNECTIONS > 1'); with one, every stream's kernels queue in launch order and the
+second micro-batch's all-to-alls wait behind the first one's compute, which cost.ep_overlap_exposed does not
+price. TP's collectives lose nothing the cost model credits: without --tp-comm-overlap they are priced exposed
+(calibration.tp_comm_exposed), and Transformer Engine's userbuffers order their kernels on Hopper with more than
+one queue (comm_gemm_overlap.cpp: Fast Dependent Launch when CUDA_DEVICE_MAX_CONNECTIONS > 1)."""
+
+
 def megatron_env(plan: Plan) -> dict[str, str]:
     """Environment Megatron requires: CUDA_DEVICE_MAX_CONNECTIONS=1 with TP or CP before Blackwell,
-    and never with Megatron-FSDP (validate_args, launch-configs.md §2.2). With optimizer offload,
+    and never with Megatron-FSDP (validate_args, launch-configs.md §2.2); where the plan runs the EP overlap
+    too, EP_OVERLAP_CONNECTIONS instead (megatron-core 0.19.2 validate_args only warns there: 'you can set
+    CUDA_DEVICE_MAX_CONNECTIONS to 1 or 32, which depends on which parallelization you want to prioritize';
+    the plan priced the overlap). With optimizer offload,
     OMP_NUM_THREADS gives each rank its share of the node's cores: torchrun sets 1 per process
     otherwise, and torch's CPU AdamW would step the offloaded states on one core (the cost model
     prices the node's memory bandwidth, planner.cost.stage_offload_time)."""
     lay, env = plan.layout, {}
     fsdp = lay.zero_stage in (2, 3)
     if (lay.tp > 1 or lay.cp > 1) and plan.cluster.gpu.arch < 10 and not fsdp:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = EP_OVERLAP_CONNECTIONS[lay.moe_dispatcher] if lay.ep_overlap else "1"
     if plan.training.optimizer_offload and plan.cluster.host is not None:
         env["OMP_NUM_THREADS"] = str(max(1, plan.cluster.host.cores // plan.cluster.gpus_per_node))
     return env
