@@ -63,6 +63,8 @@ MUTANTS = [
      "chunked attention planned one chunk past the sequence"),
     ("planner/cost.py", "fsdp = layout.zero_stage == 2 and not deepspeed", "fsdp = False",
      "Megatron-FSDP ZeRO-2 in Megatron's DDP buckets"),
+    ("planner/cost.py", "share = cluster.calibration.dp_overlap if fsdp else 1.0", "share = 1.0",
+     "FSDP ZeRO-2 hidden by its whole backward, not the FSDP prefetch share"),
     ("planner/comm.py", "return min(ring, pat_latency(cluster, group) + wire / NCCL_PAT_BUSBW)", "return ring",
      "PAT never chosen for one GPU per node"),
     ("planner/comm.py", "+ group.size * NCCL_PAT_RANK_S", "+ 0 * NCCL_PAT_RANK_S", "PAT's linear latency dropped"),

@@ -206,8 +206,9 @@ def _declared_overlaps(sharding: str, zero: int) -> tuple[bool, bool]:
     queues its all-gather on the unshard stream and only the compute stream waits for it (torch
     distributed/fsdp/_runtime_utils.py: _pre_forward_unshard), so the host, running ahead, issues
     it during the previous unit's kernels, and limit_all_gathers never holds it back there
-    (SHARD_GRAD_OP frees nothing after the forward). ZeRO-3 rows are priced by
-    calibration.dp_overlap, so their flags stay off.
+    (SHARD_GRAD_OP frees nothing after the forward). Both run beside the compute, and both are priced by
+    FSDP's prefetch share (calibration.dp_overlap, planner.cost: FSDP's ZeRO-2 as its ZeRO-3), whose fit says
+    how much the compute hides; ZeRO-3 rows read it without flags, so theirs stay off.
     """
     if zero == 3:
         return False, False

@@ -1538,8 +1538,9 @@ def _stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     (ddp_bucket_params) while the same micro-batch's backward runs on the stage; overlap_param_gather
     gathers the weights bucket by bucket during the next step's first forward [Megatron-LM
     distributed_data_parallel.py, param_and_grad_buffer.py: register_grad_ready, forward pre-hooks].
-    Without a flag the collective runs whole and exposed. ZeRO 3 (FSDP prefetch): a fraction
-    calibration.dp_overlap of each micro-batch's compute hides its gathers.
+    Without a flag the collective runs whole and exposed. FSDP's (ZeRO 3, and ZeRO 2 outside DeepSpeed:
+    Megatron-FSDP's optim_grads) prefetch: a fraction calibration.dp_overlap of each micro-batch's compute
+    hides its collectives (ZeRO 2 where its flags are on).
     """
     shards = param_shards(model, layout, stage, layers)
     pairs = [(sh, g) for sh, g in zip(shards, param_gather_bytes(model, training, layout, stage, layers))  # 2 B/param, FP8 at 1
@@ -1606,9 +1607,13 @@ def _stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             # reduce stream after each bucket (deepspeed_engine [Offload3]: partition_grads)
             copies = offload_micro_batch_link_bytes(training) * sh.params / sh.dp / cluster.host.link_bandwidth
         return m * max(0.0, ag + again + rs + copies - window)
-    bwd = layers * lt.bwd if layout.overlap_grad_reduce else None
-    fwd = layers * lt.fwd if layout.overlap_param_gather else None
     fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
+    # what hides them: the whole backward / forward beside Megatron's DDP buckets; FSDP's prefetch, as for
+    # ZeRO-3, hides calibration.dp_overlap of it (the published FSDP runs fit none: llm-foundry's SHARD_GRAD_OP
+    # steps grow with the GPU count by what their collectives take, README)
+    share = cluster.calibration.dp_overlap if fsdp else 1.0
+    bwd = share * layers * lt.bwd if layout.overlap_grad_reduce else None
+    fwd = share * layers * lt.fwd if layout.overlap_param_gather else None
 
     def buckets(op: str, sh, grp, bytes_per: float, window: float | None) -> tuple[float, float]:
         if fsdp:  # Megatron-FSDP's per-unit groups, the experts' apart

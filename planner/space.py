@@ -889,7 +889,7 @@ def overlaps(framework: str | None, pp: int, zero: int, vpp: int = 1, sp: bool =
         param, p2p = False, None
     elif framework == "torchtitan":
         grad, param, p2p = zero == 0 and pp == 1, False, (False if vpp > 1 else None)
-    else:  # with ZeRO-3 (Megatron-FSDP) the flags are emitted; dp_overlap prices them
+    else:  # with ZeRO-2/3 (Megatron-FSDP) the flags are emitted; calibration.dp_overlap prices them
         grad, param, p2p = True, zero >= 1, None
     return {"overlap_grad_reduce": grad, "overlap_param_gather": param, "overlap_p2p": p2p,
             "tp_comm_overlap": sp and framework in (None, "any", "megatron", "torchtitan")}

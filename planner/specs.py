@@ -911,8 +911,10 @@ class Calibration(_Spec):
     tp_comm_exposed: Share
     """Fraction of tensor-parallel communication left on the critical path."""
     dp_overlap: Share
-    """ZeRO-3 / FSDP only: fraction of a micro-batch's compute that hides its parameter gathers and
-    gradient reduce-scatter (prefetch). ZeRO 0-2 overlap follows the Layout's overlap flags instead."""
+    """FSDP only (ZeRO-3, and ZeRO-2 outside DeepSpeed: Megatron-FSDP's optim_grads, torch FSDP's SHARD_GRAD_OP):
+    fraction of a micro-batch's compute that hides its parameter gathers and gradient reduce-scatters (prefetch;
+    at ZeRO-2 where the Layout's overlap flags are on). Megatron's DDP buckets (ZeRO 0-1) and DeepSpeed's ZeRO-1/2
+    follow the flags instead, the whole backward hiding them."""
     hbm_efficiency: Fraction
     """Achieved fraction of peak HBM bandwidth for streaming kernels (STREAM triad)."""
     gemm_efficiency_fp8: list[tuple[_real(gt=0, le=1e9), Fraction]] | None = None

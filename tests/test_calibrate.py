@@ -275,7 +275,7 @@ def test_interval_and_risk_against_the_normal_quantiles():
 
 def test_plans_carry_intervals_and_a_max_oom_risk_is_honoured():
     model, cluster = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
-    t = TrainingSpec(global_batch_size=128, seq_length=8192)
+    t = TrainingSpec(global_batch_size=256, seq_length=8192)
     free = planner.plan(model, cluster, t, top_k=3, structural=False, time_limit_s=60)
     capped = planner.plan(model, cluster, t, top_k=3, structural=False, time_limit_s=60, max_oom_risk=0.05)
     b = free.best

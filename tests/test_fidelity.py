@@ -45,6 +45,27 @@ def test_megatron_sc21_rows(results):
     assert max(errs) <= 0.15
 
 
+def test_fsdp_zero2_runs_pay_their_collectives_and_the_sweeps_rank_in_sample(results):
+    """llm-foundry's SHARD_GRAD_OP (ZeRO-2) runs on 128 / 256 / 512 H100 lose 9.7 % (MPT-1B) and 7.5 % (MPT-3B) of
+    their throughput per GPU with scale, as the FULL_SHARD runs beside them do: priced with FSDP's prefetch share
+    (the catalog's 0, fitted on the FSDP rows) each is within 10 % and the 512-GPU run the slowest; hidden behind
+    the backward, as before, they read +9…+20 % and flat. The rankings within the published sweeps (Kendall tau,
+    pair-weighted, in sample) reach the issue's 0.6."""
+    import fidelity
+
+    rows = {r.id: p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1 for r, p in results
+            if r.layout.zero_stage == 2 and r.group.startswith("llmfoundry")}
+    assert len(rows) == 6 and all(-0.10 <= e <= 0.0 for e in rows.values()), rows
+    for size in ("mpt1b", "mpt3b"):
+        pred = {n: p.tokens_per_second for r, p in results for n in (128, 256, 512)
+                if r.id.startswith(f"llmfoundry_{size}_h100_80gb_{n}gpu") and r.id.endswith("_large")}
+        assert pred[512] / 512 < pred[256] / 256 < pred[128] / 128
+    taus = fidelity.sweep_taus([(r, p.tokens_per_second / p.num_gpus / r.tokens_per_s_per_gpu - 1)
+                                for r, p in results if not r.oom])
+    weights = [n * (n - 1) / 2 for _, n, _ in taus]
+    assert sum(w * t for w, (_, _, t) in zip(weights, taus)) / sum(weights) >= 0.6
+
+
 def test_memory_pressure_bins_every_priced_row_once(results):
     """fidelity.memory_pressure puts each priced row (not the out-of-memory ones) in the bin of its predicted
     peak / GPU capacity, once; the README's table reads the two rows priced above 95 % of capacity (MPT-30B at 8K

@@ -480,15 +480,15 @@ def test_megatron_accepts_moe_plans_and_builds_their_expert_grid(megatron_path):
 
 
 def test_megatron_fsdp_with_experts_is_searched_emitted_and_accepted_by_megatron(megatron_path):
-    """Mixtral on two DGX H100 without a pipeline (pp 1), the ZeRO stage left to the search: it
-    shards gradients and experts with Megatron-FSDP (ZeRO-2, optim_grads: each layer's experts over
-    the expert-data-parallel group), faster than the best it finds held to ZeRO 0/1, and
-    megatron-core 0.19.2 accepts both plans' arguments and builds the expert grid they describe."""
+    """Mixtral on two DGX H100 without a pipeline (pp 1) at GBS 256, the ZeRO stage left to the search: it
+    shards weights, gradients and experts with Megatron-FSDP (each layer's experts over the expert-data-parallel
+    group), faster than the best it finds held to ZeRO 0/1, and megatron-core 0.19.2 accepts both plans'
+    arguments and builds the expert grid they describe."""
     pytest.importorskip("torch")
     from planner.check import check_megatron
 
     m, c = planner.load_model("mixtral-8x7b"), planner.load_cluster("dgx-h100", nodes=2)
-    t = TrainingSpec(global_batch_size=64, seq_length=4096)
+    t = TrainingSpec(global_batch_size=256, seq_length=4096)
     free = plan(m, c, t, top_k=1, pp=1)
     held = plan(m, c, t, top_k=1, pp=1, zero_stage=[0, 1])
     assert free.status == held.status == "optimal"
