@@ -10,6 +10,7 @@ from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed,
                           loss_traffic_bytes, model_flops_per_token, mtp_time, output_time, stage_coefficients,
                           stage_dp_time, stage_offload_time)
+from planner.emit.megatron import EP_OVERLAP_CONNECTIONS
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
                             static_memory, weight_and_adam_bytes)
@@ -128,8 +129,14 @@ def _experts(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, b) 
                       + ("" if p.fits else " and does not fit"))
         except PlannerError as err:
             change = f"the layout is not legal ({err})"
+        queues = ""
+        if lay.ep_overlap and (lay.tp > 1 or lay.cp > 1) and cluster.gpu.arch < 10:
+            queues = (f" Before Blackwell, TP or CP asks for CUDA_DEVICE_MAX_CONNECTIONS=1 and the overlap for more "
+                      f"(megatron-core's validate_args warns); the launch sets "
+                      f"{EP_OVERLAP_CONNECTIONS[lay.moe_dispatcher]}, Megatron-Bridge's choice, as priced: the TP "
+                      f"collectives are priced exposed either way.")
         out.append(f"{name} is {'on' if lay.ep_overlap else 'off'}; "
-                   f"{'without' if lay.ep_overlap else 'with'} it {change}.")
+                   f"{'without' if lay.ep_overlap else 'with'} it {change}.{queues}")
     alts = []
     for ep in (lay.ep // 2, lay.ep * 2):
         if ep < 1 or lay.ep % 2:

@@ -680,6 +680,11 @@ def test_ep_overlap_with_tp_on_hopper_gets_more_than_one_hardware_queue(megatron
     results = check_megatron([megatron_payload(p.to_megatron().args, p.num_gpus, p.to_megatron().env, p.cluster.gpu.arch)
                               for p in plans])
     assert [r.ok for r in results] == [True] * 4, [r.line() for r in results]
+    from planner.explain import _experts  # explain says which queue count the launch sets, and why
+
+    said = [next(x for x in _experts(m, p.cluster, t, p) if "EP overlap" in x) for p in plans]
+    assert "the launch sets 8" in said[0] and "the launch sets 32" in said[1]
+    assert not any("CUDA_DEVICE_MAX_CONNECTIONS" in x for x in said[2:])
 
 
 def test_interleaved_ep_overlap_runs_one_more_warm_up_chunk():
