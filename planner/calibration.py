@@ -13,6 +13,9 @@ Parameters (each a factor on the catalog's value, with a log-normal prior centre
 - `expert_call` (seconds added to the catalog's value, normal prior at 0, the sum never below 0):
   calibration.grouped_gemm_call, the host's time per expert GEMM of a grouped linear (moved only by MoE runs
   whose expert GEMMs wait on the host);
+- `fsdp_overlap` (a share added to the catalog's, normal prior at 0, the sum kept in [0, 1]):
+  calibration.dp_overlap, the share of each micro-batch's compute that hides FSDP's gathers and
+  reduce-scatters (moved only by runs with FSDP: ZeRO-3, and ZeRO-2 outside DeepSpeed, overlapped);
 - `memory_overhead` (bytes, additive, normal prior): the per-GPU memory outside the ledger.
 
 The fit is the maximum a posteriori estimate: Levenberg-Marquardt on
@@ -74,6 +77,8 @@ class Parameter:
     unit: float | None = None
     """None: a factor on the cluster's value. Else an amount added to it, in these SI units (the fit's
     variable is amount / unit); the sum is kept at or above 0."""
+    share: bool = False
+    """The amount added is a share (a fraction of the compute), not seconds."""
 
     def value(self, z: float) -> float:
         """The factor (or the amount added) at the fit's variable z."""
@@ -87,6 +92,8 @@ class Parameter:
         """The factor, or the amount added with its unit."""
         if self.unit is None:
             return f"{value:.3f}"
+        if self.share:
+            return f"{value:+.3f}"
         return f"{value * 1e6:+.1f} us" if self.unit < 1e-4 else f"+{value * 1e3:.3f} ms"
 
     def moved(self, value: float) -> bool:
@@ -106,6 +113,9 @@ PARAMETERS = (
               "(moved only by MoE runs)", unit=1e-3),
     Parameter("expert_call", 3.0, "seconds added to the host's time per expert GEMM of a grouped linear "
               "(calibration.grouped_gemm_call; moved only by MoE runs whose expert GEMMs wait on the host)", unit=1e-5),
+    Parameter("fsdp_overlap", 3.0, "share of each micro-batch's compute that hides FSDP's collectives, added "
+              "(calibration.dp_overlap; moved only by runs with FSDP: ZeRO-3, or ZeRO-2 outside DeepSpeed)",
+              unit=0.1, share=True),
 )
 
 
@@ -125,6 +135,7 @@ def apply_factors(cluster: ClusterSpec, factors: dict[str, float], overhead: flo
         "ep_comm_speed": min(4.0, cal.ep_comm_speed * factors.get("ep_comm", 1.0)),
         "moe_host_stall": min(1.0, max(0.0, cal.moe_host_stall + factors.get("moe_stall", 0.0))),
         "grouped_gemm_call": min(1e-2, max(0.0, cal.grouped_gemm_call + factors.get("expert_call", 0.0))),
+        "dp_overlap": min(1.0, max(0.0, cal.dp_overlap + factors.get("fsdp_overlap", 0.0))),
     })
     scaleout = cluster.scaleout.model_copy(update={"nic_busbw": cluster.scaleout.nic_busbw * factors.get("scaleout", 1.0)})
     update = {"calibration": cal, "scaleout": scaleout}
@@ -592,7 +603,8 @@ def calibrate(cluster: ClusterSpec, runs: Sequence[Observation],
     provenance = dict(cluster.provenance)
     for key in ("calibration.gemm_efficiency", "calibration.gemm_efficiency_fp8", "calibration.attention_efficiency", "calibration.attention_efficiency_unfused",
                 "calibration.tp_comm_exposed", "calibration.mamba_scan_efficiency", "calibration.ep_comm_speed",
-                "calibration.moe_host_stall", "calibration.grouped_gemm_call", "scaleout.nic_busbw", "memory_overhead",
+                "calibration.moe_host_stall", "calibration.grouped_gemm_call", "calibration.dp_overlap",
+                "scaleout.nic_busbw", "memory_overhead",
                 "prediction_error"):
         provenance[key] = f"planner calibrate on {names} (catalog: {cluster.name}); was: {provenance.get(key, 'catalog')}"
     moe_models = tuple(sorted({r.model.name for r in runs if r.model.moe is not None}))

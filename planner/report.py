@@ -136,12 +136,14 @@ def ledger_rows(model: ModelSpec, grad_dtype: str = "bf16", splits=((1, 1), (8, 
 
 def calibration_dict(result, path: str) -> dict[str, Any]:
     """A CalibrationResult as JSON-ready data: the factors on the cluster's values apart from the amounts
-    added to them (seconds: the MoE host stall, the host's time per expert GEMM)."""
-    added = {p.name for p in PARAMETERS if p.unit is not None}
+    added to them (seconds: the MoE host stall, the host's time per expert GEMM; shares: FSDP's overlap)."""
+    seconds = {p.name for p in PARAMETERS if p.unit is not None and not p.share}
+    shares = {p.name for p in PARAMETERS if p.share}
     return {
         "cluster_file": path,
-        "factors": {k: v for k, v in result.factors.items() if k not in added},
-        "added_seconds": {k: v for k, v in result.factors.items() if k in added},
+        "factors": {k: v for k, v in result.factors.items() if k not in seconds | shares},
+        "added_seconds": {k: v for k, v in result.factors.items() if k in seconds},
+        "added_shares": {k: v for k, v in result.factors.items() if k in shares},
         "memory_overhead_bytes": {"before": result.overhead_before, "after": result.overhead_after},
         "runs": [{"label": r.label, "measured_s": r.measured_s, "catalog_s": r.before_s, "calibrated_s": r.after_s,
                   "left_out_s": r.left_out_s, "measured_peak_bytes": r.measured_peak,

@@ -238,6 +238,7 @@ def test_cli_calibrate_without_argument_dump_needs_the_workload(tmp_path):
     data = json.loads(out.getvalue())  # the host stall and the time per expert GEMM are seconds added, not factors
     assert data["added_seconds"] == {"moe_stall": 0.0, "expert_call": 0.0} and "gemm" in data["factors"]
     assert "moe_stall" not in data["factors"] and "expert_call" not in data["factors"]
+    assert set(data["added_shares"]) == {"fsdp_overlap"} and "fsdp_overlap" not in data["factors"]  # a share added
 
 
 def test_cli_calibrate_prices_a_torchtitan_run_with_its_cpu_offload(tmp_path):
@@ -775,8 +776,45 @@ def test_the_moe_calibrated_cluster_predicts_other_moe_layouts(moe_recovered):
         assert abs(got / want - 1) < 0.03 < abs(planner.evaluate(m, base, t, lay).step_time_s / want - 1)
 
 
+FSDP_RUNS = [  # FSDP runs whose collectives outlast the share of the compute that hides them, beside two
+    # without FSDP that pin the GEMMs and the NIC (the overlap's window is compute, its excess network time)
+    (TrainingSpec(global_batch_size=32, seq_length=2048), Layout(dp=32, zero_stage=3)),
+    (TrainingSpec(global_batch_size=64, seq_length=4096), Layout(dp=32, zero_stage=3, micro_batch_size=2)),
+    (TrainingSpec(global_batch_size=64, seq_length=8192), Layout(tp=2, dp=16, zero_stage=3, sequence_parallel=True)),
+    (TrainingSpec(global_batch_size=64, seq_length=2048),
+     Layout(dp=32, zero_stage=2, overlap_grad_reduce=True, overlap_param_gather=True)),
+    (TrainingSpec(global_batch_size=32, seq_length=8192), Layout(dp=32, zero_stage=1)),
+    (TrainingSpec(global_batch_size=32, seq_length=2048), Layout(dp=32, zero_stage=1)),
+    (TrainingSpec(global_batch_size=256, seq_length=8192), Layout(tp=8, dp=4, zero_stage=1, sequence_parallel=True)),
+]
+
+
+def test_fsdp_runs_recover_the_share_of_compute_that_hides_their_collectives():
+    """Logs from four DGX H100 whose FSDP prefetch hides 0.4 of each micro-batch's compute (the catalog prices none,
+    fitted on FSDP1's published runs; FSDP2's may hide more): the fit adds the share (fsdp_overlap, to
+    calibration.dp_overlap) and leaves the GEMMs and the NIC where the runs without FSDP pin them; the calibrated
+    cluster prices an FSDP layout the logs did not run, and the YAML says what was added."""
+    m, base = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=4)
+    assert base.calibration.dp_overlap == 0.0
+    truth = apply_factors(base, {"fsdp_overlap": 0.4})
+    obs = [observation(parse_log(megatron_log(planner.evaluate(m, truth, t, lay).step_time_s, 60 * GIB)), m, t, lay)
+           for t, lay in FSDP_RUNS]
+    r = calibrate(base, obs)
+    assert r.factors["fsdp_overlap"] == pytest.approx(0.4, abs=0.03)
+    assert r.cluster.calibration.dp_overlap == pytest.approx(r.factors["fsdp_overlap"])
+    assert r.factors["gemm"] == pytest.approx(1.0, abs=0.02) and r.factors["scaleout"] == pytest.approx(1.0, abs=0.03)
+    assert r.median_error("after") < 0.01 < 0.1 < r.median_error("before")
+    assert f"fsdp_overlap {r.factors['fsdp_overlap']:+.3f}" in planner.calibration.calibrated_yaml(r)
+    t, lay = TrainingSpec(global_batch_size=128, seq_length=4096), Layout(tp=2, dp=16, zero_stage=3, micro_batch_size=4,
+                                                                          sequence_parallel=True)
+    want = planner.evaluate(m, truth, t, lay).step_time_s
+    got = planner.evaluate(m, r.cluster.model_copy(update={"num_nodes": 4}), t, lay).step_time_s
+    assert abs(got / want - 1) < 0.02 < abs(planner.evaluate(m, base, t, lay).step_time_s / want - 1)
+
+
 def test_dense_runs_leave_the_moe_parameters_at_the_catalog(recovered):
     _, _, _, r = recovered
+    assert any(n.startswith("fsdp_overlap: not moved") for n in r.notes)  # no FSDP among them either
     for name in ("moe_stall", "ep_comm", "expert_call"):
         assert any(n.startswith(f"{name}: not moved") for n in r.notes)
     catalog = planner.load_cluster("dgx-h100").calibration
