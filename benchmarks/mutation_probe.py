@@ -79,6 +79,8 @@ MUTANTS = [
      "DeepEP's NVLink leg priced at one peer's share (stop 58)"),
     ("planner/comm.py", "+ 2 * (ppn - 1) * NCCL_NVLINK_TREE_HOP_S", "+ 0 * NCCL_NVLINK_TREE_HOP_S",
      "NCCL tree without its intra-node hops (stop 58)"),
+    ("planner/calibration.py", '"dp_overlap": min(1.0, max(0.0, cal.dp_overlap + factors.get("fsdp_overlap", 0.0))),',
+     '"dp_overlap": cal.dp_overlap,', "calibrate's FSDP overlap never reaches the cluster (stop 58)"),
     ("planner/comm.py", "return min(ring, pat_latency(cluster, group) + wire / NCCL_PAT_BUSBW)", "return ring",
      "PAT never chosen for one GPU per node"),
     ("planner/comm.py", "+ group.size * NCCL_PAT_RANK_S", "+ 0 * NCCL_PAT_RANK_S", "PAT's linear latency dropped"),
