@@ -10,6 +10,7 @@ from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed,
                           loss_traffic_bytes, model_flops_per_token, mtp_time, output_time, stage_coefficients,
                           stage_dp_time, stage_offload_time)
+from planner.deepspeed_engine import uses_deepspeed
 from planner.emit.megatron import EP_OVERLAP_CONNECTIONS
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
@@ -173,6 +174,31 @@ def _offload_sentence(b) -> str:
             f"host memory per GPU; the step's optimizer takes {t.total:.2f} s, {how}{extra}.")
 
 
+FSDP_OVERLAP_CHECK = 0.5
+"""The FSDP prefetch share explain prices the plan's layout at beside the cluster's: about what torchtitan's
+FSDP2 405B run hid (a third of its 8.5 s of collectives, README), where FSDP1's published runs fit none."""
+
+
+def _fsdp_sentence(b) -> str:
+    """What FSDP's collectives (ZeRO-3, or ZeRO-2 outside DeepSpeed) leave exposed in the plan, whose prefetch share
+    prices them, and the step with FSDP_OVERLAP_CHECK of each micro-batch's compute hiding them; '' elsewhere."""
+    lay, cal = b.layout, b.cluster.calibration
+    if not (lay.zero_stage == 3 or (lay.zero_stage == 2 and not uses_deepspeed(b.training))):
+        return ""
+    dp = b.time.breakdown()["dp_comm"]
+    if dp <= 0:
+        return ""
+    calibrated = b.cluster.provenance.get("calibration.dp_overlap", "").startswith("planner calibrate")
+    whose = "as calibrated" if calibrated else "the catalog's, fitted on FSDP1's published runs"
+    shown = f"{FSDP_OVERLAP_CHECK:.0%}" if cal.dp_overlap < FSDP_OVERLAP_CHECK else "none"
+    other = cal.model_copy(update={"dp_overlap": FSDP_OVERLAP_CHECK if cal.dp_overlap < FSDP_OVERLAP_CHECK else 0.0})
+    p = evaluate(b.model, b.cluster.model_copy(update={"calibration": other}), b.training, lay)
+    return (f"FSDP's gathers and reduce-scatters leave {dp:.2f} s of the step exposed ({dp / b.step_time_s:.0%}), the "
+            f"prefetch hiding {cal.dp_overlap:.0%} of each micro-batch's compute ({whose}); were it to hide {shown}, "
+            f"the step would take {p.step_time_s / b.step_time_s - 1:+.1%}: planner calibrate fits your cluster's share "
+            "from FSDP logs (fsdp_overlap).")
+
+
 def _attention_speed_clause(model, cluster, training, cp: int) -> str:
     """Where the attention kernel's speed comes from: the rates the plan prices it at, forward and
     backward (planner.cost.attention_speed), and the curve they follow."""
@@ -260,6 +286,9 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
         lines.append(f"Gradient accumulation: {_ACCUMULATOR.get(b.training.optimizer_impl, 'the engine')} adds each of the "
                      f"{pipe.num_microbatches} micro-batches' gradients into FP32 outside the backward kernels, "
                      f"{acc:.2f} s of the step ({acc / b.step_time_s:.0%}); larger micro-batches pay it fewer times.")
+    fsdp = _fsdp_sentence(b)
+    if fsdp:
+        lines.append(fsdp)
     s = training.seq_length
     sp = dict(tp=lay.tp, cp=lay.cp, sequence_parallel=lay.sequence_parallel, attention=training.attention,
               etp=lay.expert_tp, saved_gather_bytes=saved_gather_bytes(b.training),

@@ -812,6 +812,25 @@ def test_fsdp_runs_recover_the_share_of_compute_that_hides_their_collectives():
     assert abs(got / want - 1) < 0.02 < abs(planner.evaluate(m, base, t, lay).step_time_s / want - 1)
 
 
+def test_explain_says_what_fsdps_collectives_leave_exposed_and_whose_share_hides_them():
+    """A ZeRO-3 plan: explain gives the exposed FSDP seconds, the prefetch share that priced them (the catalog's 0,
+    fitted on FSDP1's runs, or a calibrated one) and the step at half the compute hiding them, which is faster."""
+    import re
+
+    from planner.explain import explain
+
+    m, c = planner.load_model(MODEL), planner.load_cluster("dgx-h100", nodes=2)
+    t = TrainingSpec(global_batch_size=128, seq_length=8192)
+    line = next(x for x in explain(m, c, t, sensitivities=False, zero_stage=3) if x.startswith("FSDP's"))
+    assert "hiding 0% of each micro-batch's compute (the catalog's" in line and "fsdp_overlap" in line
+    assert float(re.search(r"hide 50%, the step would take ([-+][0-9.]+)%", line).group(1)) < 0
+    mine = c.model_copy(update={"calibration": c.calibration.model_copy(update={"dp_overlap": 0.05}),
+                                "provenance": {**c.provenance, "calibration.dp_overlap": "planner calibrate on fsdp.log"}})
+    line = next(x for x in explain(m, mine, t, sensitivities=False, zero_stage=3) if x.startswith("FSDP's"))
+    assert "hiding 5% of each micro-batch's compute (as calibrated)" in line
+    assert not any(x.startswith("FSDP's") for x in explain(m, c, t, sensitivities=False, zero_stage=1))
+
+
 def test_dense_runs_leave_the_moe_parameters_at_the_catalog(recovered):
     _, _, _, r = recovered
     assert any(n.startswith("fsdp_overlap: not moved") for n in r.notes)  # no FSDP among them either
