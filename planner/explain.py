@@ -189,7 +189,7 @@ def _fsdp_sentence(b) -> str:
     if dp <= 0:
         return ""
     calibrated = b.cluster.provenance.get("calibration.dp_overlap", "").startswith("planner calibrate")
-    whose = "as calibrated" if calibrated else "the catalog's, fitted on FSDP1's published runs"
+    whose = "as calibrated" if calibrated else "the catalog's, fitted on the published FSDP runs"
     shown = f"{FSDP_OVERLAP_CHECK:.0%}" if cal.dp_overlap < FSDP_OVERLAP_CHECK else "none"
     other = cal.model_copy(update={"dp_overlap": FSDP_OVERLAP_CHECK if cal.dp_overlap < FSDP_OVERLAP_CHECK else 0.0})
     p = evaluate(b.model, b.cluster.model_copy(update={"calibration": other}), b.training, lay)
