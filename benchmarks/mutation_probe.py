@@ -61,7 +61,7 @@ MUTANTS = [
      "if layout.pipeline_layers is None:", "interleaved dense layers all counted on rank 0"),
     ("planner/space.py", "if c is None or s <= c:", "if c is None or s <= 2 * c:",
      "chunked attention planned one chunk past the sequence"),
-    ("planner/cost.py", "fsdp = layout.zero_stage == 2 and not deepspeed", "fsdp = False",
+    ("planner/cost.py", "fsdp = fsdp_prefetch_priced(training, layout)", "fsdp = False",
      "Megatron-FSDP ZeRO-2 in Megatron's DDP buckets"),
     ("planner/cost.py", "share = cluster.calibration.dp_overlap if fsdp else 1.0", "share = 1.0",
      "FSDP ZeRO-2 hidden by its whole backward, not the FSDP prefetch share"),

@@ -67,6 +67,7 @@ from planner.torchtitan_engine import OFFLOAD_H2D_BYTES as OFFLOAD_H2D_BYTES_FSD
 from planner.torchtitan_engine import uses_torchtitan
 
 __all__ = [
+    "fsdp_prefetch_priced",
     "OffloadTime",
     "stage_offload_time",
     "layer_gemm_flops",
@@ -1491,6 +1492,13 @@ def expert_shard_units(model: ModelSpec, layout: Layout, stage: int, layers: int
                       moe_layers_on(model, layout, stage, layers), 0.0)
 
 
+def fsdp_prefetch_priced(training: TrainingSpec, layout: Layout) -> bool:
+    """Whether the layout's data-parallel collectives are FSDP's, hidden by its prefetch share
+    (calibration.dp_overlap) rather than by a whole backward: ZeRO-3, and ZeRO-2 outside DeepSpeed
+    (Megatron-FSDP's optim_grads); _stage_dp_time prices them so."""
+    return layout.zero_stage == 3 or (layout.zero_stage == 2 and not uses_deepspeed(training))
+
+
 def stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layout: Layout, stage: int,
                   layers: int) -> float:
     """Exposed gradient and weight communication of one step on pipeline rank `stage` holding `layers`
@@ -1607,7 +1615,7 @@ def _stage_dp_time(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
             # reduce stream after each bucket (deepspeed_engine [Offload3]: partition_grads)
             copies = offload_micro_batch_link_bytes(training) * sh.params / sh.dp / cluster.host.link_bandwidth
         return m * max(0.0, ag + again + rs + copies - window)
-    fsdp = layout.zero_stage == 2 and not deepspeed  # Megatron-FSDP's optim_grads: per-unit buckets
+    fsdp = fsdp_prefetch_priced(training, layout)  # ZeRO-2 here: Megatron-FSDP's optim_grads, per-unit buckets
     # what hides them: the whole backward / forward beside Megatron's DDP buckets; FSDP's prefetch, as for
     # ZeRO-3, hides calibration.dp_overlap of it (the published FSDP runs fit none: llm-foundry's SHARD_GRAD_OP
     # steps grow with the GPU count by what their collectives take, README)

@@ -8,9 +8,8 @@ from typing import Any
 
 from planner.comm import alltoall_time, node_dedup_alltoall_time
 from planner.cost import (attention_speed, computed_score_share, expert_gemm_times, fp8_attention_speed,
-                          loss_traffic_bytes, model_flops_per_token, mtp_time, output_time, stage_coefficients,
-                          stage_dp_time, stage_offload_time)
-from planner.deepspeed_engine import uses_deepspeed
+                          fsdp_prefetch_priced, loss_traffic_bytes, model_flops_per_token, mtp_time, output_time,
+                          stage_coefficients, stage_dp_time, stage_offload_time)
 from planner.emit.megatron import EP_OVERLAP_CONNECTIONS
 from planner.errors import PlannerError
 from planner.memory import (activation_bytes_per_layer, adam_bytes, routed_rows, saved_gather_bytes, stage_static_items,
@@ -183,7 +182,7 @@ def _fsdp_sentence(b) -> str:
     """What FSDP's collectives (ZeRO-3, or ZeRO-2 outside DeepSpeed) leave exposed in the plan, whose prefetch share
     prices them, and the step with FSDP_OVERLAP_CHECK of each micro-batch's compute hiding them; '' elsewhere."""
     lay, cal = b.layout, b.cluster.calibration
-    if not (lay.zero_stage == 3 or (lay.zero_stage == 2 and not uses_deepspeed(b.training))):
+    if not fsdp_prefetch_priced(b.training, lay):
         return ""
     dp = b.time.breakdown()["dp_comm"]
     if dp <= 0:
