@@ -484,17 +484,40 @@ def _attention_cast_elements(model: ModelSpec, tp: int) -> tuple[float, float]:
 
 def _moe_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[float, float]:
     """The MLP part of fp8_cast_elements for an MoE layer: shared experts as a dense MLP of f_s; the
-    routed experts' grouped GEMMs see top_k x etp / tp rows per token of the layout (FC1 input h
-    and FC2 input f_e / etp forward; their output gradients 2 f_e / etp and h backward). LatentMoE: the
-    experts' rows are latent wide (MoESpec.width), and each rank's own tokens (1 / tp of them) pass the
-    two latent projections: inputs h and L forward, output gradients L and h backward."""
+    routed experts' grouped GEMMs (routed_cast_elements). LatentMoE: each rank's own tokens (1 / tp of
+    them) pass the two latent projections: inputs h and L forward, output gradients L and h backward."""
     h, e = model.hidden_size, model.moe
-    fs, fe, etp = e.shared_expert_ffn_hidden_size, e.expert_ffn_hidden_size, tp if etp is None else etp
-    rows, w = e.top_k * etp / tp, e.width(h)
+    fs = e.shared_expert_ffn_hidden_size
     shared_f = (h + fs / tp) if fs else 0.0
     shared_b = (model.fc1_width(fs) / tp + h) if fs else 0.0
     latent = (h + e.latent_size) / tp if e.latent_size else 0.0
-    return shared_f + latent + rows * (w + fe / etp), shared_b + latent + rows * (model.fc1_width(fe) / etp + w)
+    routed_f, routed_b = routed_cast_elements(model, tp, etp)
+    return shared_f + latent + routed_f, shared_b + latent + routed_b
+
+
+def routed_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[float, float]:
+    """(forward, backward) elements per token of the layout the routed experts' grouped GEMMs quantise:
+    they see top_k x etp / tp rows per token (FC1 input w and FC2 input f_e / etp forward, their output
+    gradients fc1_width(f_e) / etp and w backward; w = h, or LatentMoE's latent width)."""
+    h, e = model.hidden_size, model.moe
+    fe, etp = e.expert_ffn_hidden_size, tp if etp is None else etp
+    rows, w = e.top_k * etp / tp, e.width(h)
+    return rows * (w + fe / etp), rows * (model.fc1_width(fe) / etp + w)
+
+
+TORCHAO_GROUPED_CAST_BYTES = 3
+"""HBM bytes per element of one of torchao's float8 grouped-GEMM casts (read BF16, write FP8; the
+per-row or per-group scales are negligible). torchtitan's float8 routed experts (Float8GroupedExperts-
+Converter: torchao's _Float8GroupedMM) quantise each operand once per GEMM that reads it, with no
+weight cache: forward the input row-wise and the expert weights column-wise; backward the output
+gradient row-wise (dgrad), the weights again (a row-wise transpose), and the output gradient and the
+input per expert group column-wise in one kernel (wgrad) [torchao 0.18 prototype/moe_training/
+fp8_grouped_mm.py: _Float8GroupedMM.forward (triton_fp8_rowwise_2d_scale_and_cast,
+triton_fp8_colwise_3d_scale_and_cast), backward (triton_fp8_rowwise_3d_transpose_rhs,
+triton_fp8_per_group_colwise_scales_dual)]: per routed input element 3 B forward and 3 backward, per
+output-gradient element 6 backward, per local expert weight 3 each way. These are torchao's own Triton
+kernels, which torch.compile cannot fuse into the operands' producers (the permutation, the all-to-all);
+the dense linears' casts, which Inductor generates and fuses, keep cast_bytes' count."""
 
 
 @dataclass(frozen=True)
@@ -757,12 +780,18 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     scan = mamba_scan_time(model, cluster, tokens, tp) if symbol == "M" else 0.0  # convolution, SSD scan, norm
     cast_fwd = cast_bwd = 0.0
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
+        hbm = gpu.hbm_bandwidth * cal.hbm_efficiency
         cf, cb = fp8_cast_elements(model, tp, etp, dense, symbol)
-        per = cast_bytes(training)
-        cast_fwd = per * tokens * cf / (gpu.hbm_bandwidth * cal.hbm_efficiency)
-        cast_bwd = per * tokens * cb / (gpu.hbm_bandwidth * cal.hbm_efficiency)
-        if training.fp8 not in TE_RECIPES:  # torchao: the weights are cast in every forward and backward
-            w = TORCHAO_WEIGHT_CAST_BYTES * linear_params_per_gpu(model, Layout(tp=tp)) / (gpu.hbm_bandwidth * cal.hbm_efficiency)
+        per, grouped_f, grouped_b = cast_bytes(training), 0.0, 0.0
+        if training.fp8 not in TE_RECIPES and moe is not None:  # torchao's grouped experts: their own kernels
+            rf, rb = routed_cast_elements(model, tp, etp)
+            cf, cb = cf - rf, cb - rb
+            grouped_f, grouped_b = TORCHAO_GROUPED_CAST_BYTES * rf, TORCHAO_GROUPED_CAST_BYTES * (rf + 2 * rb)
+        cast_fwd = (per * cf + grouped_f) * tokens / hbm
+        cast_bwd = (per * cb + grouped_b) * tokens / hbm
+        if training.fp8 not in TE_RECIPES:  # torchao: the weights (local experts too) are cast in every forward and backward
+            linears = linear_params_per_gpu(model, Layout(tp=tp, ep=ep, etp=etp), moe_layer=moe is not None, symbol=symbol)
+            w = TORCHAO_WEIGHT_CAST_BYTES * linears / hbm
             cast_fwd, cast_bwd = cast_fwd + w, cast_bwd + w
     if moe is not None:
         gemm += moe.gemm

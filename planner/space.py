@@ -262,10 +262,27 @@ def _torchtitan_expert_problems(training: TrainingSpec, lay: Layout, zero_rules:
     return bad
 
 
-def torchtitan_moe_workload_problem(training: TrainingSpec) -> str | None:
-    """What of an MoE workload torchtitan runs that the planner does not price, one line naming the field."""
-    if training.fp8 is not None:
-        return "training.fp8: float8 routed experts (torchao's grouped-GEMM converter) on torchtitan are not priced"
+FLOAT8_EXPERT_ARCHS = (9, 9)
+"""Compute-capability majors (lo, hi) on which torchtitan's float8 routed experts run: torchao's
+_Float8GroupedMM calls torch._scaled_grouped_mm with row-wise scales, which PyTorch runs on SM90
+(Hopper) only -- "CUDA SM90 (H100) only - not supported on SM100 (B200)" [pytorch/pytorch
+benchmarks/operator_benchmark/pt/scaled_grouped_mm_test.py; torchtitan 0.3 components/quantization/
+float8.py: Float8GroupedExpertsConverter, which asks for SM89+]; Blackwell's grouped experts run
+MXFP8 (MXFP8GroupedExpertsConverter), which the planner does not price for torchtitan."""
+
+
+def torchtitan_moe_workload_problem(training: TrainingSpec, cluster: ClusterSpec | None = None) -> str | None:
+    """What of an MoE workload torchtitan runs that the planner does not price, one line naming the field.
+    FP8 is torchao's rowwise float8, in the linears (Float8LinearConverter, the router's gate and the LM
+    head in BF16) and the routed experts' grouped GEMMs (Float8GroupedExpertsConverter), on Hopper
+    (FLOAT8_EXPERT_ARCHS, checked where the cluster is given)."""
+    if training.fp8 is not None and training.fp8 not in TORCHTITAN_FP8_RECIPES:
+        return (f"training.fp8: torchtitan's MoE runs float8 routed experts as torchao's rowwise "
+                f"(Float8GroupedExpertsConverter), not '{training.fp8}'")
+    lo, hi = FLOAT8_EXPERT_ARCHS
+    if training.fp8 is not None and cluster is not None and not lo <= cluster.gpu.arch <= hi:
+        return (f"training.fp8: torchtitan's float8 routed experts (torch._scaled_grouped_mm, row-wise) run on "
+                f"compute capability 9.x only; {cluster.gpu.name} is {cluster.gpu.arch}.x")
     if training.optimizer_offload:
         return "training.optimizer_offload: FSDP2's CPU offload with experts is not priced"
     return None
@@ -551,6 +568,8 @@ def check_layout(
     mistakes is fixed in one go)."""
     check_precision(cluster, training)
     check_offload(cluster, training)
+    if uses_torchtitan(training) and model.moe is not None and (why := torchtitan_moe_workload_problem(training, cluster)):
+        raise PlannerError(why)
     bad = layout_problems(model, cluster, training, layout, allow_idle=allow_idle)
     if bad:
         raise InvalidLayout("invalid layout: " + "; ".join(bad))
@@ -1035,7 +1054,7 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as "
                            f"{' or '.join(repr(r) for r in TORCHTITAN_FP8_RECIPES)}, not '{training.fp8}' (use "
                            f"fp8='rowwise', or framework='megatron' for Transformer Engine's recipes)")
-    if framework == "torchtitan" and model.moe is not None and (why := torchtitan_moe_workload_problem(training)):
+    if framework == "torchtitan" and model.moe is not None and (why := torchtitan_moe_workload_problem(training, cluster)):
         raise PlannerError(f"{why} (use framework='megatron' or 'any')")
     unbuilt = unbuilt_features(model) if framework == "torchtitan" else model.megatron_only
     if unbuilt and framework in MEGATRON_ONLY_REFUSED_BY:

@@ -139,8 +139,15 @@ def test_torchtitan_moe_rules():
     assert "standard all-to-all dispatcher" in problems(ep_overlap=True)
     dropping = t.model_copy(update={"moe_capacity_factor": 1.25})
     assert "dropless" in " ".join(layout_problems(m, c, dropping, Layout(dp=16, zero_stage=3, ep=8, etp=1)))
-    with pytest.raises(PlannerError, match="float8 routed experts"):
-        plan(m, c, TrainingSpec(global_batch_size=64, seq_length=4096, fp8="rowwise"), framework="torchtitan")
+    # float8 experts: torchao's rowwise grouped GEMMs, which PyTorch runs on Hopper only
+    b200 = planner.load_cluster("dgx-b200", nodes=2)
+    with pytest.raises(PlannerError, match=r"float8 routed experts \(torch._scaled_grouped_mm, row-wise\) run on "
+                                           r"compute capability 9.x only; B200 is 10.x"):
+        plan(m, b200, TrainingSpec(global_batch_size=64, seq_length=4096, fp8="rowwise"), framework="torchtitan")
+    with pytest.raises(PlannerError, match="compute capability 9.x only"):  # evaluate's own check, Python API
+        planner.evaluate(m, b200, _titan(fp8="rowwise"), Layout(dp=16, zero_stage=3, ep=8, etp=1))
+    assert "as torchao's rowwise" in " ".join(layout_problems(m, c, _titan(fp8="torchao-tensorwise"),
+                                                              Layout(dp=16, zero_stage=3, ep=8, etp=1)))
     with pytest.raises(PlannerError, match="multi-latent attention"):
         plan(planner.load_model("deepseek-v3"), planner.load_cluster("dgx-h100", nodes=128),
              TrainingSpec(global_batch_size=1024, seq_length=4096), framework="torchtitan")
@@ -166,7 +173,52 @@ def test_explain_prices_torchtitans_alternatives_on_its_engine():
     half = planner.evaluate(m, c, best.training, best.layout.model_copy(update={"ep": best.layout.ep // 2}))
     assert f"ep {best.layout.ep // 2}: {half.step_time_s / best.step_time_s - 1:+.1%}" in text
     assert "--overlap-moe-expert-parallel-comm" not in text
-    assert "Sensitivity, FP8 (rowwise): training.fp8: float8 routed experts" in text
+    fp8 = plan(m, c, tr.model_copy(update={"fp8": "rowwise"}), framework="torchtitan", top_k=1, structural=False).best
+    assert f"Sensitivity, FP8 (rowwise): {fp8.layout.short()}, {fp8.step_time_s:.2f} s/step" in text  # priced on Hopper
+
+
+def test_torchtitan_float8_experts_cast_each_operand_per_gemm():
+    """torchao's float8 grouped GEMMs under torchtitan (Float8GroupedExpertsConverter) against Transformer
+    Engine's tensor-wise recipe on the same Qwen3-30B-A3B layer (tp 1, ep 8, 4,096 tokens; the same GEMM
+    efficiency family): TE quantises each routed input element once forward, both copies (2 + 1 + 1 =
+    4 B), and each output gradient once backward (4 B), its weights cached; torchao reads and writes one
+    copy a cast (3 B): the input row-wise forward and again column-wise backward, the output gradient
+    row-wise and column-wise backward (6 B), and every linear weight forward and backward (3 B each way:
+    attention 2048 x (4096 + 512 + 512) + 4096 x 2048 = 18,874,368, its 16 local experts 16 x 3 x 2048
+    x 768 = 75,497,472). Routed elements a token: 8 x (2048 + 768) = 22,528 forward, 8 x (2 x 768 +
+    2048) = 28,672 backward; the attention's are cast alike by both (4 B)."""
+    from planner.cost import _layer_time_of
+
+    m, c = planner.load_model("qwen3-30b-a3b"), planner.load_cluster("dgx-h100", nodes=2)
+    te = _layer_time_of(m, c, _titan(fp8="tensorwise"), 1, 1, 1, False, ep=8, etp=1)
+    ao = _layer_time_of(m, c, _titan(fp8="rowwise"), 1, 1, 1, False, ep=8, etp=1)
+    hbm, tokens, weights = 3350e9 * 0.89, 4096, 18_874_368 + 75_497_472
+    rf, rb = 22_528, 28_672
+    assert ao.fwd - te.fwd == pytest.approx(((3 - 4) * rf * tokens + 3 * weights) / hbm, rel=1e-6)
+    assert ao.bwd - te.bwd == pytest.approx(((3 * (rf + 2 * rb) - 4 * rb) * tokens + 3 * weights) / hbm, rel=1e-6)
+
+
+def test_torchtitan_float8_moe_launch_builds_float8_experts(tmp_path):
+    """An FP8 torchtitan plan of Qwen3-30B-A3B on two DGX H100 emits planner_job.py with torchao's float8
+    linears (the LM head and the router gate in BF16, as priced) and float8 routed experts, which
+    torchtitan 0.3 parses: every decoder linear but the gates in float8, every MoE layer's experts
+    Float8GroupedExperts."""
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+
+    m = planner.load_model("qwen3-30b-a3b")
+    p = plan(m, planner.load_cluster("dgx-h100", nodes=2), TrainingSpec(global_batch_size=64, seq_length=4096,
+             fp8="rowwise"), framework="torchtitan", top_k=1, structural=False).best
+    files = p.to_torchtitan()
+    assert "Float8GroupedExpertsConverter" in files.files["planner_job.py"]
+    files.write(tmp_path)
+    res = check_torchtitan(list(files.args), p.num_gpus, module="planner_job", config="planner_job",
+                           folder=str(tmp_path), num_layers=m.num_layers)
+    assert res.ok, res.line()
+    d = res.details
+    assert d["float8_expert_layers"] == d["moe_layers"] == 48
+    assert sorted(d["high_precision_linears"]) == sorted(["lm_head", *(f"layers.{i}.moe.router.gate" for i in range(48))])
+    assert d["float8_linears"] > 0
 
 
 def test_torchtitan_keeps_the_combined_rows_its_scores_weigh():

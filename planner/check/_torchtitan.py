@@ -131,7 +131,9 @@ def _expert_mesh(dims) -> int:
 
 def _experts(model_cfg) -> dict:
     """The routed experts of a parsed model config, as the plan's model names them: MoE layers,
-    experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm)."""
+    experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm);
+    and how many MoE layers run their experts in float8 grouped GEMMs (Float8GroupedExpertsConverter's
+    Float8<GroupedExperts> modules)."""
     layers = [layer for layer in getattr(model_cfg, "layers", []) if getattr(layer, "moe", None) is not None]
     if not layers:
         return {"moe_layers": 0}
@@ -141,4 +143,6 @@ def _experts(model_cfg) -> dict:
             "vocab_size": model_cfg.vocab_size, "num_experts": inner.num_experts, "top_k": moe.router.top_k,
             "expert_hidden_dim": inner.hidden_dim, "shared_experts": getattr(moe, "shared_experts", None) is not None,
             "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
-            "qk_norm": getattr(att, "qk_norm", None) is not None, "weight_tying": model_cfg.enable_weight_tying}
+            "qk_norm": getattr(att, "qk_norm", None) is not None, "weight_tying": model_cfg.enable_weight_tying,
+            "float8_expert_layers": sum(type(layer.moe.routed_experts.inner_experts)._owner.__name__.startswith("Float8")
+                                        for layer in layers)}
