@@ -138,11 +138,13 @@ def _problem_args(p: argparse.ArgumentParser, defaults: bool) -> None:
                         "llm-foundry's) or te (Transformer Engine's, Megatron-Bridge's); fused and te priced with "
                         "--framework any, not emitted")
     p.add_argument("--fp8", default=None, metavar="RECIPE[,RECIPE]",
-                   help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise "
-                        "or torchao-tensorwise (torchao); a comma list with 'none' offers a choice, e.g. none,delayed (plan only)")
+                   help="low-precision linear layers: delayed, tensorwise, blockwise (Hopper+), mxfp8, nvfp4 (Blackwell), rowwise, "
+                        "torchao-tensorwise or torchao-mxfp8 (torchao; Blackwell); a comma list with 'none' offers a choice, "
+                        "e.g. none,delayed (plan only)")
     p.add_argument("--precision", default=None, metavar="bf16|fp16|fp8[,...]",
                    help="compute precision: bf16 (default), fp16, or fp8 (BF16 with the GPU's default FP8 recipe: "
-                        "delayed on Hopper, mxfp8 on Blackwell; --fp8 names one); bf16,fp8 offers the choice (plan only)")
+                        "delayed on Hopper, mxfp8 on Blackwell; torchtitan's rowwise on Hopper, torchao-mxfp8 on Blackwell; "
+                        "--fp8 names one); bf16,fp8 offers the choice (plan only)")
     p.add_argument("--optimizer-states", default="fp32", metavar="fp32|bf16[,...]",
                    help="Adam states: fp32 (12 B/param) or bf16 (Megatron's precision-aware optimizer, 6 B/param); "
                         "fp32,bf16 offers the choice (plan only)")

@@ -407,7 +407,7 @@ def gemm_format(training: TrainingSpec) -> str | None:
     block scales, at the FP8 peak) or 'fp4' (NVFP4)."""
     if training.fp8 is None:
         return None
-    return {"nvfp4": "fp4", "mxfp8": "mxfp8"}.get(training.fp8, "fp8")
+    return {"nvfp4": "fp4", "mxfp8": "mxfp8", "torchao-mxfp8": "mxfp8"}.get(training.fp8, "fp8")
 
 
 def _gemm_time(cluster: ClusterSpec, flops_list: list[float], fp8: bool | str | None = False,
@@ -505,19 +505,33 @@ def routed_cast_elements(model: ModelSpec, tp: int, etp: int | None) -> tuple[fl
     return rows * (w + fe / etp), rows * (model.fc1_width(fe) / etp + w)
 
 
-TORCHAO_GROUPED_CAST_BYTES = 3
-"""HBM bytes per element of one of torchao's float8 grouped-GEMM casts (read BF16, write FP8; the
-per-row or per-group scales are negligible). torchtitan's float8 routed experts (Float8GroupedExperts-
-Converter: torchao's _Float8GroupedMM) quantise each operand once per GEMM that reads it, with no
-weight cache: forward the input row-wise and the expert weights column-wise; backward the output
-gradient row-wise (dgrad), the weights again (a row-wise transpose), and the output gradient and the
-input per expert group column-wise in one kernel (wgrad) [torchao 0.18 prototype/moe_training/
-fp8_grouped_mm.py: _Float8GroupedMM.forward (triton_fp8_rowwise_2d_scale_and_cast,
-triton_fp8_colwise_3d_scale_and_cast), backward (triton_fp8_rowwise_3d_transpose_rhs,
-triton_fp8_per_group_colwise_scales_dual)]: per routed input element 3 B forward and 3 backward, per
-output-gradient element 6 backward, per local expert weight 3 each way. These are torchao's own Triton
-kernels, which torch.compile cannot fuse into the operands' producers (the permutation, the all-to-all);
-the dense linears' casts, which Inductor generates and fuses, keep cast_bytes' count."""
+TORCHAO_KERNEL_CAST_BYTES = 3
+"""HBM bytes per element of one of torchao's own cast kernels (read BF16, write one FP8 copy; the
+per-row, per-group or per-32 scales are left out, as quantized_element_bytes leaves MXFP8's). Its
+autograd functions quantise each operand once per GEMM that reads it, with no weight cache: forward the
+input along its rows and the weight; backward the output gradient for dgrad, the weight again along the
+other axis, and the output gradient and the input along the token axis for wgrad: per input element 3 B
+forward and 3 backward, per output-gradient element 6 backward, per weight 3 each way (TORCHAO_WEIGHT_
+CAST_BYTES). torchtitan's float8 routed experts [torchao 0.18 prototype/moe_training/fp8_grouped_mm.py:
+_Float8GroupedMM (triton_fp8_rowwise_2d_scale_and_cast, triton_fp8_colwise_3d_scale_and_cast,
+triton_fp8_rowwise_3d_transpose_rhs, triton_fp8_per_group_colwise_scales_dual)], and every MXFP8 linear
+and grouped expert [mxfp8_linear.py: mx_mm (MXTensor.to_mx dim0 for the input, the weight and the
+output gradient, _to_mxfp8_dim1_kernel_wrapper for the weight, the gradient and the input);
+mxfp8_grouped_mm.py: the same four]. These are Triton, CuTe-DSL and CUDA kernels that torch.compile
+cannot fuse into the operands' producers; torchao's float8 linears (Float8Linear), which Inductor
+generates and fuses, keep cast_bytes' count (torchao_kernel_cast_elements)."""
+
+
+def torchao_kernel_cast_elements(model: ModelSpec, training: TrainingSpec, tp: int, etp: int | None,
+                                 moe_layer: bool, forward_backward: tuple[float, float]) -> tuple[float, float]:
+    """Of a layer's FP8 cast elements a token (fp8_cast_elements' pair), those torchao's own kernels cast
+    (TORCHAO_KERNEL_CAST_BYTES): all of them under torchao's MXFP8, an MoE layer's routed experts' under
+    its float8 (rowwise: the linears' casts are Inductor's); none under Transformer Engine's recipes."""
+    if training.fp8 == "torchao-mxfp8":
+        return forward_backward
+    if training.fp8 in TE_RECIPES or not moe_layer:
+        return 0.0, 0.0
+    return routed_cast_elements(model, tp, etp)
 
 
 @dataclass(frozen=True)
@@ -782,13 +796,10 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     if fp8:  # quantising the FP8 GEMM operands: memory-bound passes
         hbm = gpu.hbm_bandwidth * cal.hbm_efficiency
         cf, cb = fp8_cast_elements(model, tp, etp, dense, symbol)
-        per, grouped_f, grouped_b = cast_bytes(training), 0.0, 0.0
-        if training.fp8 not in TE_RECIPES and moe is not None:  # torchao's grouped experts: their own kernels
-            rf, rb = routed_cast_elements(model, tp, etp)
-            cf, cb = cf - rf, cb - rb
-            grouped_f, grouped_b = TORCHAO_GROUPED_CAST_BYTES * rf, TORCHAO_GROUPED_CAST_BYTES * (rf + 2 * rb)
-        cast_fwd = (per * cf + grouped_f) * tokens / hbm
-        cast_bwd = (per * cb + grouped_b) * tokens / hbm
+        kf, kb = torchao_kernel_cast_elements(model, training, tp, etp, moe is not None, (cf, cb))
+        per, own = cast_bytes(training), TORCHAO_KERNEL_CAST_BYTES  # Inductor's or TE's casts; torchao's kernels
+        cast_fwd = (per * (cf - kf) + own * kf) * tokens / hbm
+        cast_bwd = (per * (cb - kb) + own * (kf + 2 * kb)) * tokens / hbm
         if training.fp8 not in TE_RECIPES:  # torchao: the weights (local experts too) are cast in every forward and backward
             linears = linear_params_per_gpu(model, Layout(tp=tp, ep=ep, etp=etp), moe_layer=moe is not None, symbol=symbol)
             w = TORCHAO_WEIGHT_CAST_BYTES * linears / hbm

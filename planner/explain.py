@@ -43,8 +43,8 @@ def _sensitivity(label, model, cluster, training, base, framework, time_limit_s,
 
 def _fp8_alternative(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
     """The same workload with FP8 linear layers toggled: the target's default recipe (Megatron's
-    delayed on Hopper, MXFP8 on Blackwell; torchtitan's rowwise); None where the cluster cannot price
-    FP8 or the launch target does not emit it (DeepSpeed)."""
+    delayed on Hopper, MXFP8 on Blackwell; torchtitan's rowwise on Hopper, torchao's MXFP8 on
+    Blackwell); None where the cluster cannot price FP8 or the launch target does not emit it (DeepSpeed)."""
     if training.fp8 is not None:
         return training.model_copy(update={"fp8": None, "fp8_attention": False})
     if framework == "deepspeed":

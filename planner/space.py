@@ -277,12 +277,12 @@ def torchtitan_moe_workload_problem(training: TrainingSpec, cluster: ClusterSpec
     head in BF16) and the routed experts' grouped GEMMs (Float8GroupedExpertsConverter), on Hopper
     (FLOAT8_EXPERT_ARCHS, checked where the cluster is given)."""
     if training.fp8 is not None and training.fp8 not in TORCHTITAN_FP8_RECIPES:
-        return (f"training.fp8: torchtitan's MoE runs float8 routed experts as torchao's rowwise "
-                f"(Float8GroupedExpertsConverter), not '{training.fp8}'")
+        return (f"training.fp8: torchtitan's MoE runs low-precision routed experts as torchao's rowwise "
+                f"(Float8GroupedExpertsConverter) or MXFP8 (MXFP8GroupedExpertsConverter), not '{training.fp8}'")
     lo, hi = FLOAT8_EXPERT_ARCHS
-    if training.fp8 is not None and cluster is not None and not lo <= cluster.gpu.arch <= hi:
+    if training.fp8 == "rowwise" and cluster is not None and not lo <= cluster.gpu.arch <= hi:
         return (f"training.fp8: torchtitan's float8 routed experts (torch._scaled_grouped_mm, row-wise) run on "
-                f"compute capability 9.x only; {cluster.gpu.name} is {cluster.gpu.arch}.x")
+                f"compute capability 9.x only; {cluster.gpu.name} is {cluster.gpu.arch}.x (Blackwell: fp8='torchao-mxfp8')")
     if training.optimizer_offload:
         return "training.optimizer_offload: FSDP2's CPU offload with experts is not priced"
     return None
@@ -484,12 +484,13 @@ def _pipeline_problems(L: int, pp: int, v: int, first: int | None, last: int | N
 
 
 FP8_ARCHS = {"delayed": (9, 99), "tensorwise": (9, 99), "blockwise": (9, 99), "mxfp8": (10, 11), "nvfp4": (10, 99),
-             "rowwise": (9, 99), "torchao-tensorwise": (9, 99)}
+             "rowwise": (9, 99), "torchao-tensorwise": (9, 99), "torchao-mxfp8": (10, 99)}
 """Compute-capability majors (lo, hi) each FP8 recipe runs on: Transformer Engine's
 _compute_fp8_support (>= 9.0; Ada 8.9 is not a catalogued GPU), _compute_fp8_block_scaling_support
 (>= 9.0 with CUDA >= 12.9), _compute_mxfp8_support (10.x and 11.x; not 12.0+), _compute_nvfp4_support (>= 10.0)
 [NVIDIA/TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py]; torchao's rowwise
-and tensor-wise float8 need Hopper's FP8 tensor cores too."""
+and tensor-wise float8 need Hopper's FP8 tensor cores too, its MXFP8 SM100 or later (torchtitan 0.3
+components/quantization/mx.py: MXFP8LinearConverter, "MXFP8 is only supported on SM100 or later")."""
 
 
 def account_for_ends_split(layers: int, stages: int) -> tuple[int, ...] | None:
@@ -523,19 +524,22 @@ def check_precision(cluster: ClusterSpec, training: TrainingSpec) -> None:
 
 def default_fp8_recipe(cluster: ClusterSpec, framework: str | None = None) -> str:
     """The FP8 recipe 'FP8' means on this GPU when no recipe is named: for torchtitan its float8
-    converter's default, torchao's rowwise (TORCHTITAN_FP8_RECIPES); else Megatron's default on Hopper
-    (delayed scaling: TransformerConfig.fp8_recipe), MXFP8 on Blackwell (the only FP8 recipe
-    Transformer Engine's Blackwell path and Megatron-Bridge's Blackwell presets use)."""
+    converter's default, torchao's rowwise, on Hopper, and torchao's MXFP8 on Blackwell, whose float8 routed
+    experts torch runs on Hopper only and whose rowwise GEMMs gained 4 % over BF16 on Llama-3-8B where MXFP8
+    gained 16-20 % (TORCHTITAN_FP8_RECIPES; torchao prototype/mx_formats/README.md, 8 B200); else Megatron's
+    default on Hopper (delayed scaling: TransformerConfig.fp8_recipe), MXFP8 on Blackwell (the only FP8
+    recipe Transformer Engine's Blackwell path and Megatron-Bridge's Blackwell presets use)."""
     if framework == "torchtitan":
-        return "rowwise"
+        return "torchao-mxfp8" if cluster.gpu.arch >= 10 else "rowwise"
     return "mxfp8" if cluster.gpu.arch in (10, 11) else "delayed"
 
 
-TORCHTITAN_FP8_RECIPES = ("rowwise",)
-"""The float8 recipes torchtitan 0.3 runs that the planner prices: Float8LinearConverter.Config's
+TORCHTITAN_FP8_RECIPES = ("rowwise", "torchao-mxfp8")
+"""The low-precision recipes torchtitan 0.3 runs that the planner prices: Float8LinearConverter.Config's
 recipe_name takes 'rowwise' (its default) or 'rowwise_with_gw_hp' (weight gradients in high
 precision, not priced); torchao's tensor-wise scaling is no longer offered there [torchtitan 0.3
-components/quantization/float8.py: Float8LinearConverter.Config]."""
+components/quantization/float8.py: Float8LinearConverter.Config]; MXFP8LinearConverter and
+MXFP8GroupedExpertsConverter run torchao's MXFP8 (components/quantization/mx.py). NVFP4 is not priced."""
 
 
 def offloaded(cluster: ClusterSpec, training: TrainingSpec, framework: str | None) -> TrainingSpec | None:
@@ -1051,9 +1055,9 @@ def check_workload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         raise PlannerError("training.fp8: DeepSpeed's launch config runs no FP8 linears; framework 'deepspeed' "
                            "would drop it (use framework='megatron', 'torchtitan' with fp8='rowwise', or 'any')")
     if training.fp8 not in (None, *TORCHTITAN_FP8_RECIPES) and framework == "torchtitan":
-        raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as "
-                           f"{' or '.join(repr(r) for r in TORCHTITAN_FP8_RECIPES)}, not '{training.fp8}' (use "
-                           f"fp8='rowwise', or framework='megatron' for Transformer Engine's recipes)")
+        raise PlannerError(f"training.fp8: torchtitan 0.3 runs torchao's float8 as 'rowwise' and its MXFP8 as "
+                           f"'torchao-mxfp8', not '{training.fp8}' (use one of those, or framework='megatron' for "
+                           f"Transformer Engine's recipes)")
     if framework == "torchtitan" and model.moe is not None and (why := torchtitan_moe_workload_problem(training, cluster)):
         raise PlannerError(f"{why} (use framework='megatron' or 'any')")
     unbuilt = unbuilt_features(model) if framework == "torchtitan" else model.megatron_only

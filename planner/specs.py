@@ -1137,12 +1137,15 @@ class TrainingSpec(_Spec):
     the gradient over the BF16 logits (Transformer Engine's parallel cross-entropy, which Megatron-
     Bridge's recipes turn on: cross_entropy_fusion_impl='te'). 'fused' and 'te' are priced, not
     emitted: the launch configs refuse them (megatron-core 0.19.2's validate_args rejects 'te')."""
-    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise"] | None = None
+    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise",
+                 "torchao-mxfp8"] | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8), or torchao's float8 as torchtitan runs it: 'rowwise'
     (its default since 2025) or 'torchao-tensorwise' (dynamic tensor-wise scaling, the only one
     before: its sequence-parallel all-gathers move FP8 [torchao float8/float8_tensor_parallel.py:
-    Float8ColwiseParallel, Float8RowwiseParallel]); 'nvfp4': Transformer Engine's NVFP4BlockScaling
+    Float8ColwiseParallel, Float8RowwiseParallel]), or 'torchao-mxfp8': torchao's MXFP8 linears and
+    grouped experts on Blackwell (torchtitan 0.3's MXFP8LinearConverter and MXFP8GroupedExpertsConverter:
+    E4M3 values, a scale per 32, RCEIL scales, cuBLAS's block-scaled GEMMs); 'nvfp4': Transformer Engine's NVFP4BlockScaling
     (E2M1 values, an E4M3 scale per 16, Blackwell; Megatron's --fp4-format e2m1 --fp4-recipe nvfp4);
     None = BF16/FP16 GEMMs. Attention, embedding and the LM head stay in `precision`."""
     optimizer_states: Literal["fp32", "bf16"] = "fp32"
@@ -1251,7 +1254,7 @@ class TrainingSpec(_Spec):
         if self.fp8_param_gather and self.fp8 == "nvfp4":
             raise ValueError("fp8_param_gather: NVFP4 weights gathered in FP4 (Megatron's --fp4-param-gather) are not "
                              "priced; drop fp8_param_gather with fp8='nvfp4'")
-        if self.fp8_param_gather and self.fp8 in (None, "rowwise"):
+        if self.fp8_param_gather and self.fp8 in (None, "rowwise", "torchao-mxfp8"):
             raise ValueError(f"fp8_param_gather: needs a Transformer Engine FP8 recipe (delayed, tensorwise, blockwise, "
                              f"mxfp8) or torchao-tensorwise, got fp8={self.fp8!r}")
         if self.optimizer_offload:

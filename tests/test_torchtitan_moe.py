@@ -198,19 +198,21 @@ def test_torchtitan_float8_experts_cast_each_operand_per_gemm():
     assert ao.bwd - te.bwd == pytest.approx(((3 * (rf + 2 * rb) - 4 * rb) * tokens + 3 * weights) / hbm, rel=1e-6)
 
 
-def test_torchtitan_float8_moe_launch_builds_float8_experts(tmp_path):
-    """An FP8 torchtitan plan of Qwen3-30B-A3B on two DGX H100 emits planner_job.py with torchao's float8
-    linears (the LM head and the router gate in BF16, as priced) and float8 routed experts, which
-    torchtitan 0.3 parses: every decoder linear but the gates in float8, every MoE layer's experts
-    Float8GroupedExperts."""
+@pytest.mark.parametrize("cluster, fp8, converter", [("dgx-h100", "rowwise", "Float8GroupedExpertsConverter"),
+                                                     ("dgx-b200", "torchao-mxfp8", "MXFP8GroupedExpertsConverter")])
+def test_torchtitan_float8_moe_launch_builds_float8_experts(tmp_path, cluster, fp8, converter):
+    """An FP8 torchtitan plan of Qwen3-30B-A3B on two DGX H100 (float8) or B200 (MXFP8) emits planner_job.py
+    with torchao's low-precision linears (the LM head and the router gate in BF16, as priced) and routed
+    experts, which torchtitan 0.3 parses: every decoder linear but the gates converted, every MoE layer's
+    experts Float8GroupedExperts / MXFP8GroupedExperts."""
     pytest.importorskip("torchtitan")
     from planner.check import check_torchtitan
 
     m = planner.load_model("qwen3-30b-a3b")
-    p = plan(m, planner.load_cluster("dgx-h100", nodes=2), TrainingSpec(global_batch_size=64, seq_length=4096,
-             fp8="rowwise"), framework="torchtitan", top_k=1, structural=False).best
+    p = plan(m, planner.load_cluster(cluster, nodes=2), TrainingSpec(global_batch_size=64, seq_length=4096,
+             fp8=fp8), framework="torchtitan", top_k=1, structural=False).best
     files = p.to_torchtitan()
-    assert "Float8GroupedExpertsConverter" in files.files["planner_job.py"]
+    assert f"{converter}.Config(model_compile_enabled=True)" in files.files["planner_job.py"]
     files.write(tmp_path)
     res = check_torchtitan(list(files.args), p.num_gpus, module="planner_job", config="planner_job",
                            folder=str(tmp_path), num_layers=m.num_layers)

@@ -27,26 +27,33 @@ def _importable(folder: str | None, module: str):
 
 @contextlib.contextmanager
 def _hopper_standin():
-    """Float8LinearConverter refuses a machine without SM 8.9+ when it is built (the config function
-    builds it); the parse runs on a CPU, so its capability check answers as a Hopper GPU would."""
+    """The float8 converters refuse a machine without SM 8.9+, the MXFP8 ones without SM 10.0, when they
+    are built (the config function builds them); the parse runs on a CPU, so each module's capability
+    check answers as the GPU its converters need would (Hopper for float8, Blackwell for MXFP8: the
+    planner has checked the plan's GPU, space.FP8_ARCHS)."""
     import torchtitan.components.quantization.float8 as f8
+    import torchtitan.components.quantization.mx as mx
 
-    real = f8.has_cuda_capability
+    real = f8.has_cuda_capability, mx.has_cuda_capability
     f8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
+    mx.has_cuda_capability = lambda major, minor: (10, 0) >= (major, minor)
     try:
         yield
     finally:
-        f8.has_cuda_capability = real
+        f8.has_cuda_capability, mx.has_cuda_capability = real
 
 
 def _float8_linears(model_cfg) -> tuple[list[str], list[str]]:
-    """(float8, high-precision) linear FQNs of a parsed model config."""
+    """(low-precision, high-precision) linear FQNs of a parsed model config: torchao's Float8Linear or
+    MXFP8Linear, else the model dtype's."""
     from torchtitan.components.quantization.float8 import Float8Linear
+    from torchtitan.components.quantization.mx import MXFP8Linear
     from torchtitan.models.common.linear import Linear
 
+    low = tuple(cls.Config for cls in (Float8Linear, MXFP8Linear) if cls is not None)
     fp8, hp = [], []
     for fqn, lin, _, _ in model_cfg.traverse(Linear.Config):
-        (fp8 if Float8Linear is not None and isinstance(lin, Float8Linear.Config) else hp).append(fqn)
+        (fp8 if isinstance(lin, low) else hp).append(fqn)
     return fp8, hp
 
 
@@ -132,8 +139,8 @@ def _expert_mesh(dims) -> int:
 def _experts(model_cfg) -> dict:
     """The routed experts of a parsed model config, as the plan's model names them: MoE layers,
     experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm);
-    and how many MoE layers run their experts in float8 grouped GEMMs (Float8GroupedExpertsConverter's
-    Float8<GroupedExperts> modules)."""
+    and how many MoE layers run their experts in low-precision grouped GEMMs (the Float8<GroupedExperts> or
+    MXFP8<GroupedExperts> modules of Float8GroupedExpertsConverter or MXFP8GroupedExpertsConverter)."""
     layers = [layer for layer in getattr(model_cfg, "layers", []) if getattr(layer, "moe", None) is not None]
     if not layers:
         return {"moe_layers": 0}
@@ -144,5 +151,5 @@ def _experts(model_cfg) -> dict:
             "expert_hidden_dim": inner.hidden_dim, "shared_experts": getattr(moe, "shared_experts", None) is not None,
             "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
             "qk_norm": getattr(att, "qk_norm", None) is not None, "weight_tying": model_cfg.enable_weight_tying,
-            "float8_expert_layers": sum(type(layer.moe.routed_experts.inner_experts)._owner.__name__.startswith("Float8")
-                                        for layer in layers)}
+            "float8_expert_layers": sum(type(layer.moe.routed_experts.inner_experts)._owner.__name__.startswith(
+                ("Float8", "MXFP8")) for layer in layers)}
