@@ -15,15 +15,17 @@ import yaml
 
 import planner
 from planner.deepspeed_engine import overlaps_reduction, uses_deepspeed
-from planner.space import account_for_ends_split
+from planner.space import account_for_ends_split, framework_training
 from planner.specs import FP8_ATTENTION_RECIPES, RECOMPUTE_MODULES, Layout, ModelSpec, TrainingSpec
 
-__all__ = ["Run", "load_runs", "load_moe_runs", "RUNS_PATH", "MOE_RUNS_PATH"]
+__all__ = ["Run", "load_runs", "load_moe_runs", "load_ratio_pairs", "RUNS_PATH", "MOE_RUNS_PATH", "RATIO_PAIRS_PATH"]
 
 RUNS_PATH = Path(os.environ.get("PLANNER_RUNS") or Path(__file__).resolve().parent / "data" / "published_runs.yaml")
 """The project's copy of shared/calibration/published_runs.yaml (sources in benchmarks/data/README.md)."""
 MOE_RUNS_PATH = Path(os.environ.get("PLANNER_MOE_RUNS") or Path(__file__).resolve().parent / "data" / "moe_runs.yaml")
 """The project's copy of shared/calibration/moe_runs.yaml."""
+RATIO_PAIRS_PATH = Path(__file__).resolve().parent / "data" / "speedup_pairs.yaml"
+"""Published FP8-over-BF16 speedups of one layout on parts whose absolute speed the catalog cannot price."""
 
 
 @dataclass(frozen=True)
@@ -623,3 +625,21 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
                                 cross_entropy=_moe_loss(r), **_moe_token_drop(r))
         runs.append(Run(r["id"], r["source_group"], model, cluster, training, layout, float(tokens), None, False))
     return runs, skipped
+
+
+def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
+    """(BF16 run, FP8 run) of each pair in speedup_pairs.yaml, on the catalog model and cluster it names, as
+    torchtitan runs them (the only stack there): their ratio is the measurement, their absolute speeds are
+    not (power-limited parts), so they feed the speedup checks and never the error tables or the fits."""
+    pairs = []
+    for r in yaml.safe_load(Path(path).read_text()):
+        model, cluster = planner.load_model(r["model"]), planner.load_cluster(r["cluster"], nodes=r["nodes"])
+        layout = Layout(**r["layout"])
+        tokens = r["tokens_per_sec_per_gpu"]
+        runs = [Run(r["id"] if fp8 else f"{r['id']}_bf16", r["source_group"], model, cluster,
+                    framework_training(TrainingSpec(global_batch_size=r["global_batch_size"], seq_length=r["seq_length"],
+                                                    fp8=fp8), "torchtitan"), layout,
+                    float(tokens["fp8" if fp8 else "bf16"]), None, False)
+                for fp8 in (None, r["fp8"])]
+        pairs.append((runs[0], runs[1]))
+    return pairs

@@ -105,6 +105,7 @@ class SpeedupCheck:
 # PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family) of the FP8 run: how far explain's FP8 sensitivity
 # and plan's FP8 choice can be trusted, where someone published both precisions of one layout on that stack.
 FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {
+    ('dense', 10, 'unfused'): SpeedupCheck(pairs=2, median_points=3.9, lo_points=-2.7, hi_points=10.4, basis="2 published FP8/BF16 pairs of one layout (dense models on Blackwell with unfused kernels, 1 source group; measured 1.04x, 1.16x), each run predicted out of its source group"),
     ('dense', 9, 'unfused'): SpeedupCheck(pairs=3, median_points=-14.1, lo_points=-31.9, hi_points=-13.5, basis="3 published FP8/BF16 pairs of one layout (dense models on Hopper with unfused kernels, 2 source groups; measured 1.28x, 1.29x, 1.62x), each run predicted out of its source group"),
     ('moe', 10, 'fused'): SpeedupCheck(pairs=4, median_points=-9.0, lo_points=-10.6, hi_points=10.6, basis="4 published FP8/BF16 pairs of one layout (MoE models on Blackwell with fused kernels, 2 source groups; measured 1.13x, 1.38x, 1.41x, 1.41x), each run predicted out of its source group"),
     ('moe', 9, 'fused'): SpeedupCheck(pairs=1, median_points=-2.7, lo_points=-2.7, hi_points=-2.7, basis="1 published FP8/BF16 pair of one layout (MoE models on Hopper with fused kernels, 1 source group; measured 1.15x), each run predicted out of its source group"),

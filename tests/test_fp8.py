@@ -214,6 +214,11 @@ def test_published_fp8_speedup_pairs_are_the_sources_ratios_and_explain_reads_th
     for ratio in (8532 / 6667, 8380 / 6514, 177 / 109):  # 1.28, 1.29, 1.62
         assert f"{ratio:.2f}x" in tt.basis
     assert tt.lo_points <= tt.median_points <= tt.hi_points < -5  # all three predicted short
+    # torchao's MX README, Llama-3-8B on 8 power-limited B200 (benchmarks/data/speedup_pairs.yaml): float8 rowwise
+    # 8,640.5 and MXFP8 (RCEIL) 9,642.0 over BF16's 8,307.5 tokens/s/GPU, priced at the catalog's B200
+    bw = FP8_SPEEDUPS[("dense", 10, "unfused")]
+    assert bw.pairs == 2 and all(f"{ratio:.2f}x" in bw.basis for ratio in (8640.5 / 8307.5, 9642.0 / 8307.5))
+    assert bw.lo_points < 0 < bw.hi_points  # MXFP8's gain priced short, rowwise's long
     h100 = planner.load_cluster("dgx-h100")
     assert fp8_speedup_check(h100, TrainingSpec(**TRAIN, kernels="unfused"), planner.load_model("llama3-8b")) is tt
     assert fp8_speedup_check(h100, TrainingSpec(**TRAIN), planner.load_model("llama3-8b")) is None
