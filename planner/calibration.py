@@ -437,6 +437,12 @@ def observation(measurement: LogMeasurement, model: ModelSpec, training: Trainin
                            "--seq-length, ...)")
         t, lay = megatron_setup(measurement.args, model, measurement.source)
         training, layout = training or t, layout or lay
+    low = measurement.low_precision
+    if low is not None and low.recipe is not None and "fp8" not in training.model_fields_set:
+        # the recipe the log's converters name prices the run unless the workload says otherwise
+        training = TrainingSpec(**{**training.model_dump(exclude_unset=True), "fp8": low.recipe})
+    if low is not None and (why := low.problem(training.fp8, model.moe is not None)):
+        raise LogError(f"{measurement.source}: {why}")
     step = measurement.step_time_s(training.global_batch_size, training.seq_length, layout.world_size)
     return Observation(measurement.source, model, training, layout, step, measurement.peak_memory_bytes,
                        _cuda_graph_impl(measurement.args or {}), eager=measurement.compiled is False)

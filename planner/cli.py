@@ -764,6 +764,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer-impl", choices=["megatron", "apex"], default=None,
                    help="NeMo logs without an argument dump: the optimizer the run used (apex: NeMo 1.x's "
                         "distributed_fused_adam; default megatron's distributed optimizer)")
+    p.add_argument("--fp8", default=None, metavar="RECIPE", choices=FP8_CHOICES[1:],
+                   help="logs without an argument dump: the run's low-precision recipe (as plan's --fp8); without it a "
+                        "torchtitan log that shows its quantisation converters sets it (rowwise, torchao-mxfp8)")
     _layout_args(p)
     p.add_argument("--out", default=None, help="calibrated cluster YAML (default CLUSTER-calibrated.yaml)")
     p.add_argument("--force", action="store_true", help="overwrite an --out file that planner did not write")
@@ -957,6 +960,7 @@ def _cmd_calibrate(a, out: Console) -> int:
                 raise _UsageError(f"--optimizer-impl: {m.source} is a {m.framework} log; apex (distributed_fused_adam) "
                                   "is NeMo's")
             training = TrainingSpec(global_batch_size=a.global_batch_size or 1, seq_length=a.seq_length,
+                                    **({"fp8": a.fp8} if a.fp8 else {}),  # else the log's own (calibration.observation)
                                     grad_dtype=a.grad_dtype, kernels=kernels, optimizer_offload=a.optimizer_offload,
                                     cross_entropy=a.cross_entropy,
                                     loss_chunks=(a.loss_chunks or TORCHTITAN_LOSS_CHUNKS) if titan else 1,
@@ -982,7 +986,7 @@ def _cmd_calibrate(a, out: Console) -> int:
     for r, o in zip(result.runs, runs):
         lo = f"{r.left_out_s:.3f} ({r.left_out_s / r.measured_s - 1:+.1%})" if r.left_out_s is not None else "-"
         mem = f"{r.measured_peak / GiB:.1f} / {r.after_peak / GiB:.1f}" if r.measured_peak else "-"
-        _row(t, r.label, o.layout.short(), f"{r.measured_s:.3f}", f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
+        _row(t, r.label, o.layout.short() + (f" [fp8={o.training.fp8}]" if o.training.fp8 else ""), f"{r.measured_s:.3f}", f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
              f"{r.after_s:.3f} ({r.after_s / r.measured_s - 1:+.1%})", lo, mem)
     out.print(t)
     t = Table(title="fitted parameters (factor on the catalog value, or the amount added)", title_justify="left")

@@ -45,7 +45,7 @@ from typing import Literal
 
 from planner.errors import PlannerError
 
-__all__ = ["LogError", "LogMeasurement", "parse_log", "read_log", "WARMUP_STEPS", "MAX_LOG_BYTES"]
+__all__ = ["LogError", "LogMeasurement", "LowPrecision", "parse_log", "read_log", "WARMUP_STEPS", "MAX_LOG_BYTES"]
 
 WARMUP_STEPS = 3
 """Steps numbered up to this are warm-up (in addition to the first logged step)."""
@@ -59,6 +59,38 @@ Rate = Literal["step_s", "tokens_per_s_per_gpu", "samples_per_s"]
 
 class LogError(PlannerError, ValueError):
     """A training log could not be read: names the file and line and what was expected."""
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """The low-precision recipe a torchtitan log shows its converters applied: to the linears ('rowwise' or
+    'rowwise_with_gw_hp' as Float8LinearConverter names its recipe, 'float8' where an older torchtitan names
+    none, 'torchao-mxfp8', or 'none') and to the routed experts ('rowwise', 'torchao-mxfp8', or None)."""
+
+    linears: str
+    experts: str | None = None
+
+    @property
+    def recipe(self) -> str | None:
+        """The TrainingSpec.fp8 the log names: its linears' recipe where it is one the planner prices by that
+        name ('rowwise', 'torchao-mxfp8'), else None (BF16, or a float8 line that names no recipe)."""
+        return self.linears if self.linears in ("rowwise", "torchao-mxfp8") else None
+
+    def problem(self, fp8: str | None, moe: bool) -> str | None:
+        """Why a workload with TrainingSpec.fp8 = `fp8` is not the run this log shows (one line), or None."""
+        ran = None if self.linears == "none" else self.linears
+        if self.linears == "rowwise_with_gw_hp":
+            return "torchtitan ran float8 'rowwise_with_gw_hp' (weight gradients in high precision), which is not priced"
+        if (moe and ran is not None) or self.experts is not None:  # the planner prices both in one recipe
+            if self.experts != ran:
+                return (f"torchtitan ran its linears in {ran or 'BF16'} and its routed experts in "
+                        f"{self.experts or 'BF16'}, which is not priced (one recipe for both)")
+        if fp8 == ran or (ran == "float8" and fp8 in ("rowwise", "torchao-tensorwise")):
+            return None
+        said = f"its linears in torchao {ran}" if ran else "its linears in BF16 (no quantisation converter in its log)"
+        give = ("leave fp8 unset (drop --fp8)" if ran is None else
+                "give fp8 'rowwise' or 'torchao-tensorwise' (--fp8)" if ran == "float8" else f"give fp8 '{ran}' (--fp8 {ran})")
+        return f"torchtitan ran {said}, the workload says fp8={fp8!r}: {give}"
 
 
 @dataclass(frozen=True)
@@ -88,6 +120,12 @@ class LogMeasurement:
     it, None where the log starts later [pytorch/torchtitan@b5bcd76 torchtitan/distributed/compile.py:
     apply_compile; trainer.py: Trainer.__init__; the same lines at 9dec370, parallelize_llama.py, train.py]."""
 
+    low_precision: LowPrecision | None = None
+    """torchtitan: what its quantisation converters logged while building the model config (before the model's
+    size line), None where the log starts later [torchtitan 0.3 components/quantization/float8.py:
+    Float8LinearConverter ('Float8 training active with recipe R'), Float8GroupedExpertsConverter; mx.py:
+    MXFP8LinearConverter ('Converted Linear layers to MXFP8Linear'), MXFP8GroupedExpertsConverter]."""
+
     def step_time_s(self, global_batch_size: int, seq_length: int, num_gpus: int) -> float:
         """Seconds per optimizer step, whatever the framework printed."""
         if self.rate == "step_s":
@@ -108,6 +146,9 @@ _NEMO_GLOBAL_STEP = re.compile(r"global_step:\s*" + _NUM)
 _TITAN = re.compile(r"\bstep:\s*(\d+)\s+loss:.*?memory:\s*" + _NUM + r"\s*GiB.*?\btps:\s*" + _NUM)
 _TITAN_SIZE = re.compile(r"\bsize: [\d,]+ total parameters")
 _TITAN_COMPILE = "Compiling each TransformerBlock with torch.compile"
+_TITAN_FLOAT8 = re.compile(r"Float8 training active(?: with recipe (\w+))?")
+_TITAN_MXFP8 = "Converted Linear layers to MXFP8Linear"
+_TITAN_EXPERTS = re.compile(r"Converted GroupedExperts to use dynamic (float8 rowwise|mxfp8\w*) ")
 _DS_TPUT = re.compile(r"global_step=(\d+),\s*RunningAvgSamplesPerSec=" + _NUM + r",\s*CurrSamplesPerSec=" + _NUM
                       + r"(?:,\s*MemAllocated=" + _NUM + r"GB,\s*MaxMemAllocated=" + _NUM + r"GB)?")
 _DS_MEM = re.compile(r"\bMA\s+" + _NUM + r"\s*GB\s+Max_MA\s+" + _NUM + r"\s*GB\s+CA\s+" + _NUM + r"\s*GB\s+Max_CA\s+"
@@ -193,6 +234,7 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     megatron, nemo, titan, ds = [], [], [], []
     titan_mem, ds_mem_alloc = [], []
     titan_built = titan_compiled = False
+    titan_linears = titan_experts = None
     mem_reserved: list[float] = []
     mem_allocated: list[float] = []
     ds_config: dict[str, str] = {}
@@ -224,6 +266,12 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
             nemo.append((step, _number(m.group(1), where)))
         elif _TITAN_COMPILE in line:
             titan_compiled = True
+        elif (m := _TITAN_FLOAT8.search(line)):
+            titan_linears = m.group(1) or "float8"
+        elif _TITAN_MXFP8 in line:
+            titan_linears = "torchao-mxfp8"
+        elif (m := _TITAN_EXPERTS.search(line)):
+            titan_experts = "rowwise" if m.group(1) == "float8 rowwise" else "torchao-mxfp8"
         elif _TITAN_SIZE.search(line):
             titan_built = True
         elif (m := _TITAN.search(line)):
@@ -270,8 +318,13 @@ def parse_log(text: str, source: str = "<text>") -> LogMeasurement:
     else:
         peak, kind = None, None
     compiled = (True if titan_compiled else False if titan_built else None) if fw == "torchtitan" else None
+    converted = titan_linears is not None or titan_experts is not None
+    low = None
+    if fw == "torchtitan" and (converted or titan_built):
+        low = LowPrecision(titan_linears or "none", titan_experts)
     return LogMeasurement(source=source, framework=fw, rate=rate, value=value, steps=steps,
-                          peak_memory_bytes=peak, memory_kind=kind, args=args, config=ds_config, compiled=compiled)
+                          peak_memory_bytes=peak, memory_kind=kind, args=args, config=ds_config, compiled=compiled,
+                          low_precision=low)
 
 
 def read_log(path: str | Path) -> LogMeasurement:

@@ -85,6 +85,72 @@ def test_a_torchtitan_log_says_whether_its_blocks_were_compiled(tmp_path, head, 
     assert rc == 0 and ("ran its blocks eager" in out.getvalue()) == (compiled is False)
 
 
+SIZE_LINE = "Model llama3 8B size: 8,030,261,248 total parameters"
+
+
+@pytest.mark.parametrize("head, fp8, error", [
+    (["Float8 training active with recipe rowwise", SIZE_LINE], None, None),  # the log names it: priced so
+    (["Float8 training active with recipe rowwise", SIZE_LINE], "rowwise", None),
+    (["Float8 training active with recipe rowwise", SIZE_LINE], "torchao-tensorwise", "give fp8 'rowwise' (--fp8 rowwise)"),
+    (["Float8 training active", SIZE_LINE], None, "give fp8 'rowwise' or 'torchao-tensorwise' (--fp8)"),
+    ([SIZE_LINE], "rowwise", "its linears in BF16 (no quantisation converter in its log), the workload says "
+                             "fp8='rowwise': leave fp8 unset (drop --fp8)"),
+    ([SIZE_LINE], None, None),
+    ([], "rowwise", None),  # the log starts at the training loop: cannot tell
+    (["Float8 training active with recipe rowwise_with_gw_hp", SIZE_LINE], "rowwise", "rowwise_with_gw_hp"),
+])
+def test_calibrate_refuses_a_torchtitan_log_whose_precision_is_not_the_workloads(tmp_path, head, fp8, error):
+    """torchtitan's converters log what they quantise while the model config is built, before the model's size
+    line [torchtitan 0.3 components/quantization/float8.py: 'Float8 training active with recipe R'; mx.py:
+    'Converted Linear layers to MXFP8Linear']; a workload that prices another precision would fit the cluster to
+    the wrong run, so calibrate refuses it in one line naming the flag to give; where the log names a recipe the
+    planner prices and no --fp8 is given, the log's sets the workload."""
+    prefix = "".join(f"[titan] 2026-11-30 09:59:00,000 - root - INFO - {ln}\n" for ln in head)
+    log = tmp_path / "titan.log"
+    log.write_text(prefix + (LOGS / "torchtitan_llama3_8b.log").read_text())
+    out, err = io.StringIO(), io.StringIO()
+    rc = main(["calibrate", MODEL, "dgx-h100", str(log), "--out", str(tmp_path / "c.yaml"), "--nodes", "2",
+               "--global-batch-size", "128", "--seq-length", "8192", "--zero", "3",
+               *(["--fp8", fp8] if fp8 else [])], stdout=out, stderr=err)
+    if error is None:
+        assert rc == 0, err.getvalue()
+        named = "Float8 training active with recipe rowwise" in head or fp8 == "rowwise"
+        assert ("[fp8=rowwise]" in out.getvalue()) == named  # priced in the log's recipe
+    else:
+        assert rc != 0 and error in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+
+
+def test_torchtitan_logs_name_the_recipe_of_linears_and_experts():
+    """MXFP8 linears and experts (mx.py's two converters), float8 experts without float8 linears (not priced:
+    the planner prices one recipe for both), and an older torchtitan's recipe-less float8 line."""
+    from planner.logs import LowPrecision
+
+    def low(*head):
+        text = "".join(f"[titan] 2026-11-30 09:59:00,000 - root - INFO - {ln}\n" for ln in head)
+        return parse_log(text + (LOGS / "torchtitan_llama3_8b.log").read_text()).low_precision
+
+    mx = low("Converted Linear layers to MXFP8Linear",
+             "Converted GroupedExperts to use dynamic mxfp8_rceil quantization for grouped_mm ops", SIZE_LINE)
+    assert mx == LowPrecision("torchao-mxfp8", "torchao-mxfp8") and mx.problem("torchao-mxfp8", moe=True) is None
+    experts = low("Converted GroupedExperts to use dynamic float8 rowwise quantization with scaled grouped GEMMs",
+                  SIZE_LINE)
+    assert "linears in BF16 and its routed experts in rowwise, which is not priced" in experts.problem("rowwise", True)
+    assert "not the routed" not in (LowPrecision("rowwise").problem("rowwise", moe=True) or "")
+    assert "routed experts in BF16" in LowPrecision("rowwise").problem("rowwise", moe=True)
+    # the Python API too: a workload that leaves fp8 unset takes the log's recipe, one that sets it is checked
+    text = "".join(f"[titan] 2026-11-30 09:59:00,000 - root - INFO - {ln}\n" for ln in
+                   ("Float8 training active with recipe rowwise", SIZE_LINE))
+    m = parse_log(text + (LOGS / "torchtitan_llama3_8b.log").read_text())
+    tr, lay = TrainingSpec(global_batch_size=128, seq_length=8192, kernels="unfused", optimizer_impl="fsdp2"), \
+        Layout(dp=16, zero_stage=3)
+    assert observation(m, planner.load_model(MODEL), tr, lay).training.fp8 == "rowwise"
+    bf16 = TrainingSpec(global_batch_size=128, seq_length=8192, kernels="unfused", optimizer_impl="fsdp2", fp8=None)
+    with pytest.raises(LogError, match="the workload says fp8=None"):  # set, though to None
+        observation(m, planner.load_model(MODEL), bf16, lay)
+    old = low("Float8 training active", SIZE_LINE)  # torchtitan 2024-12 names no recipe
+    assert old.problem("torchao-tensorwise", moe=False) is None and "'rowwise' or" in old.problem(None, False)
+
+
 def test_deepspeed_fixture():
     m = read_log(LOGS / "deepspeed_gpt.log")
     assert m.framework == "deepspeed" and m.steps == (20, 30, 40)
