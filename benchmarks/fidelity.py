@@ -454,25 +454,21 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
         print_errors_p90("FP8 rows, leave one source group out", {g: [e for _, e in v] for g, v in held.items()})
     hi = {r.id: r for r in load_runs()}
     lo = {r.id: r for r in runs}
-    pairs = []
-    for b, f in SPEEDUP_PAIRS:
-        if b in hi and f in lo:
-            rb, rf = hi[b], lo[f]
-            pb = evaluate(rb.model, rb.cluster, rb.training, rb.layout)
-            pf = evaluate(rf.model, rf.cluster, rf.training, rf.layout)
-            pairs.append((f, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s))
-    print_speedups("FP8 speedup over BF16", pairs)
-    print_speedups("FP8 speedup over BF16, published as ratios only", ratio_pair_speedups())
+    pairs = [speedup(hi[b], lo[f]) for b, f in SPEEDUP_PAIRS if b in hi and f in lo]
+    print_speedups("FP8 speedup over BF16", [(rf.id, m, p) for _, rf, m, p in pairs])
+    print_speedups("FP8 speedup over BF16, published as ratios only", [(rf.id, m, p) for _, rf, m, p in ratio_pairs()])
 
 
-def ratio_pair_speedups() -> list[tuple[str, float, float]]:
-    """(FP8 run, measured, predicted FP8-over-BF16 throughput ratio) of the pairs published on parts the catalog
-    does not price (runs.load_ratio_pairs): nothing is fitted on them, so the catalog's prediction is out of sample."""
-    out = []
-    for rb, rf in load_ratio_pairs():
-        pb, pf = (evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
-        out.append((rf.id, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s))
-    return out
+def speedup(rb, rf) -> tuple[object, object, float, float]:
+    """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) at the catalog's prices."""
+    pb, pf = (evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
+    return rb, rf, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
+
+
+def ratio_pairs() -> list[tuple[object, object, float, float]]:
+    """speedup of each pair published on parts the catalog does not price (runs.load_ratio_pairs): nothing is
+    fitted on them, so the catalog's prediction is out of sample."""
+    return [speedup(rb, rf) for rb, rf in load_ratio_pairs()]
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import (SPEEDUP_PAIRS, evaluate_runs, leave_one_group_out, moe_held_out,  # noqa: E402
-                      ratio_pair_speedups, same_layout_pairs)
-from runs import load_moe_runs, load_ratio_pairs, load_runs  # noqa: E402
+                      ratio_pairs, same_layout_pairs)
+from runs import load_moe_runs, load_runs  # noqa: E402
 
 from planner.uncertainty import model_key, table_key  # noqa: E402
 
@@ -191,18 +191,15 @@ def speedup_pairs(residuals: dict[str, tuple[list, list]]) -> list[tuple[object,
     fidelity.SPEEDUP_PAIRS names (BF16 among the dense residuals, FP8 among the low-precision ones), and the MoE
     rows whose ids differ only in their last word (the precision) with equal layouts, one BF16
     (fidelity.same_layout_pairs). With x = ln(predicted / measured throughput), the predicted ratio is
-    the measured one times exp(x_fp8 - x_bf16). And the pairs published only as a ratio (runs.load_ratio_pairs:
+    the measured one times exp(x_fp8 - x_bf16). And the pairs published only as a ratio (fidelity.ratio_pairs:
     parts the catalog cannot price), at the catalog's prediction, which nothing fitted on them."""
     x = {r.id: e for w in ("dense", "low-precision", "moe") for r, e in residuals[w][0]}
     dense = {r.id: r for r, _ in residuals["dense"][0]}
     low = {r.id: r for r, _ in residuals["low-precision"][0]}
     pairs = [(dense[b], low[f]) for b, f in SPEEDUP_PAIRS if b in dense and f in low]
     pairs += same_layout_pairs(r for r, _ in residuals["moe"][0])
-    out = [(rb, rf, m, m * math.exp(x[rf.id] - x[rb.id]))
-           for rb, rf in pairs for m in [rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu]]
-    predicted = {name: p for name, _, p in ratio_pair_speedups()}
-    return out + [(rb, rf, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, predicted[rf.id])
-                  for rb, rf in load_ratio_pairs()]
+    return [(rb, rf, m, m * math.exp(x[rf.id] - x[rb.id]))
+            for rb, rf in pairs for m in [rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu]] + ratio_pairs()
 
 
 def speedup_checks(residuals: dict[str, tuple[list, list]]) -> dict:

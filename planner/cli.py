@@ -986,7 +986,9 @@ def _cmd_calibrate(a, out: Console) -> int:
     for r, o in zip(result.runs, runs):
         lo = f"{r.left_out_s:.3f} ({r.left_out_s / r.measured_s - 1:+.1%})" if r.left_out_s is not None else "-"
         mem = f"{r.measured_peak / GiB:.1f} / {r.after_peak / GiB:.1f}" if r.measured_peak else "-"
-        _row(t, r.label, o.layout.short() + (f" [fp8={o.training.fp8}]" if o.training.fp8 else ""), f"{r.measured_s:.3f}", f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
+        recipe = f" [fp8={o.training.fp8}]" if o.training.fp8 else ""
+        _row(t, r.label, o.layout.short() + recipe, f"{r.measured_s:.3f}",
+             f"{r.before_s:.3f} ({r.before_s / r.measured_s - 1:+.1%})",
              f"{r.after_s:.3f} ({r.after_s / r.measured_s - 1:+.1%})", lo, mem)
     out.print(t)
     t = Table(title="fitted parameters (factor on the catalog value, or the amount added)", title_justify="left")

@@ -268,14 +268,15 @@ _Float8GroupedMM calls torch._scaled_grouped_mm with row-wise scales, which PyTo
 (Hopper) only -- "CUDA SM90 (H100) only - not supported on SM100 (B200)" [pytorch/pytorch
 benchmarks/operator_benchmark/pt/scaled_grouped_mm_test.py; torchtitan 0.3 components/quantization/
 float8.py: Float8GroupedExpertsConverter, which asks for SM89+]; Blackwell's grouped experts run
-MXFP8 (MXFP8GroupedExpertsConverter), which the planner does not price for torchtitan."""
+torchao's MXFP8 (fp8='torchao-mxfp8': MXFP8GroupedExpertsConverter)."""
 
 
 def torchtitan_moe_workload_problem(training: TrainingSpec, cluster: ClusterSpec | None = None) -> str | None:
     """What of an MoE workload torchtitan runs that the planner does not price, one line naming the field.
-    FP8 is torchao's rowwise float8, in the linears (Float8LinearConverter, the router's gate and the LM
-    head in BF16) and the routed experts' grouped GEMMs (Float8GroupedExpertsConverter), on Hopper
-    (FLOAT8_EXPERT_ARCHS, checked where the cluster is given)."""
+    Low precision is one torchao recipe in the linears (the router's gate and the LM head in BF16) and the
+    routed experts' grouped GEMMs: rowwise float8 (Float8LinearConverter, Float8GroupedExpertsConverter) on
+    Hopper only (FLOAT8_EXPERT_ARCHS, checked where the cluster is given), or MXFP8 (MXFP8LinearConverter,
+    MXFP8GroupedExpertsConverter; FP8_ARCHS keeps it on Blackwell)."""
     if training.fp8 is not None and training.fp8 not in TORCHTITAN_FP8_RECIPES:
         return (f"training.fp8: torchtitan's MoE runs low-precision routed experts as torchao's rowwise "
                 f"(Float8GroupedExpertsConverter) or MXFP8 (MXFP8GroupedExpertsConverter), not '{training.fp8}'")
