@@ -43,6 +43,7 @@ from fidelity import (SPEEDUP_PAIRS, evaluate_runs, leave_one_group_out, moe_hel
                       ratio_pairs, same_layout_pairs)
 from runs import load_moe_runs, load_runs  # noqa: E402
 
+from planner.specs import FP8_SCALING  # noqa: E402
 from planner.uncertainty import model_key, table_key  # noqa: E402
 
 Z80 = 1.2815515655446004
@@ -203,12 +204,14 @@ def speedup_pairs(residuals: dict[str, tuple[list, list]]) -> list[tuple[object,
 
 
 def speedup_checks(residuals: dict[str, tuple[list, list]]) -> dict:
-    """Per (workload, GPU arch, kernel family) of the FP8 runs: how the published FP8-over-BF16 speedups of
-    speedup_pairs compare with the model's, in points (100 x (predicted - measured)): median, range, the pairs."""
+    """Per (workload, GPU arch, kernel family, recipe scaling: specs.FP8_SCALING) of the FP8 runs: how the published
+    FP8-over-BF16 speedups of speedup_pairs compare with the model's, in points (100 x (predicted - measured)):
+    median, range, the pairs."""
     by: dict[tuple, list] = {}
     for rb, rf, measured, predicted in speedup_pairs(residuals):
         w = "moe" if rf.model.moe is not None else "dense"
-        by.setdefault((w, rf.cluster.gpu.arch, rf.training.kernels), []).append((rf, measured, predicted))
+        key = (w, rf.cluster.gpu.arch, rf.training.kernels, FP8_SCALING[rf.training.fp8])
+        by.setdefault(key, []).append((rf, measured, predicted))
     out = {}
     for key, rows in sorted(by.items(), key=str):
         points = [100 * (p - m) for _, m, p in rows]
@@ -219,9 +222,9 @@ def speedup_checks(residuals: dict[str, tuple[list, list]]) -> dict:
 
 
 def _speedup_basis(key: tuple, v: dict) -> str:
-    w, arch, kernels = key
+    w, arch, kernels, scaling = key
     return (f"{v['pairs']} published FP8/BF16 pair{'s' * (v['pairs'] > 1)} of one layout ({WHAT_PAIR[w]} on "
-            f"{ARCH_NAMES.get(arch, f'arch {arch}')} with {kernels} kernels, {v['groups']} source "
+            f"{ARCH_NAMES.get(arch, f'arch {arch}')} with {kernels} kernels and {scaling} scaling, {v['groups']} source "
             f"group{'s' * (v['groups'] > 1)}; measured {', '.join(f'{m:.2f}x' for m in v['measured'])}), each run "
             "predicted out of its source group")
 
@@ -268,7 +271,7 @@ def _miss_basis(w: str, v: dict) -> str:
 def write(tab: dict, misses: dict, speedups: dict) -> None:
     path = ROOT / "planner" / "uncertainty.py"
     text = path.read_text()
-    rows = ["FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {"]
+    rows = ["FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str, Fp8Scaling], SpeedupCheck] = {"]
     for key, v in speedups.items():
         rows.append(f"    {key!r}: SpeedupCheck(pairs={v['pairs']}, median_points={v['median_points']:.1f}, "
                     f"lo_points={v['lo_points']:.1f}, hi_points={v['hi_points']:.1f}, "

@@ -638,7 +638,8 @@ def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
         tokens = r["tokens_per_sec_per_gpu"]
         runs = [Run(r["id"] if fp8 else f"{r['id']}_bf16", r["source_group"], model, cluster,
                     framework_training(TrainingSpec(global_batch_size=r["global_batch_size"], seq_length=r["seq_length"],
-                                                    fp8=fp8), "torchtitan"), layout,
+                                                    fp8=fp8, fp8_param_gather=bool(fp8) and r.get("fp8_param_gather", False)),
+                                       "torchtitan"), layout,
                     float(tokens["fp8" if fp8 else "bf16"]), None, False)
                 for fp8 in (None, r["fp8"])]
         pairs.append((runs[0], runs[1]))

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from planner.errors import PlannerError
+from planner.plans import Plan
 from planner.search import PlanResult, plan
 from planner.space import check_workload, framework_training
 from planner.specs import ClusterSpec, ModelSpec, TrainingSpec, format_validation_error
@@ -66,16 +68,25 @@ def plan_choices(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     status, gap = merged_status(list(results.values()), ranked[0].time.objective_us)
     line = "workload choice: " + ", ".join(
         [f"{combo_label(names, k)} " + (f"{r.best.step_time_s:.3f} s" if r.best else r.status) for k, r in results.items()]
-        + refused) + ("; " + fp8_choice_note(model, cluster, chosen.best.training) if None in choices.get("fp8", ()) else "")
+        + refused) + ("; " + note if None in choices.get("fp8", ()) and (note := fp8_choice_note(
+            model, cluster, chosen.best, found)) else "")
     return replace(chosen, status=status, gap=gap, best=ranked[0], alternatives=tuple(ranked[1:]),
                    solve_time_s=time.perf_counter() - start, space_size=sum(r.space_size for r in results.values()),
                    explanation=(*chosen.explanation, line), refused_choices=tuple(refused)), results
 
 
-def fp8_choice_note(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str:
-    """What the published FP8/BF16 pairs of the chosen plan's stack (its kernels, on this GPU generation) say of
-    the FP8 gain an FP8 choice was decided on (uncertainty.FP8_SPEEDUPS)."""
-    return fp8_speedup_note(fp8_speedup_check(cluster, training, model))
+def fp8_choice_note(model: ModelSpec, cluster: ClusterSpec, chosen: Plan, results: Iterable[PlanResult]) -> str:
+    """What the published FP8/BF16 pairs of the stack (its kernels, on this GPU generation, its recipe's scaling)
+    say of the FP8 gain an FP8 choice was decided on (uncertainty.FP8_SPEEDUPS): the chosen plan's where it is
+    low precision, else the fastest low-precision variant's (BF16 won against it); '' where no low-precision
+    variant was planned (all refused or infeasible)."""
+    if chosen.training.fp8 is not None:
+        return fp8_speedup_note(fp8_speedup_check(cluster, chosen.training, model))
+    fp8 = [r.best for r in results if r.best is not None and r.best.training.fp8 is not None]
+    if not fp8:
+        return ""
+    weighed = min(fp8, key=lambda p: p.time.objective_us)
+    return fp8_speedup_note(fp8_speedup_check(cluster, weighed.training, model))
 
 
 def combo_label(names: list[str], combo: tuple) -> str:

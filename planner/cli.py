@@ -462,7 +462,7 @@ def _cmd_plan(a, out: Console) -> int:
                            + (f"{res.best.step_time_s:.3f} s ({res.status})" if res.best else res.status)
                            for k, res in results.items()) + "".join(f"; {x}" for x in r.refused_choices)
         if None in options.get("fp8", ()) and r.best is not None:  # FP8 against BF16: what checks that gain
-            fp8_note = fp8_choice_note(model, cluster, r.best.training)
+            fp8_note = fp8_choice_note(model, cluster, r.best, results.values())
     else:
         r = plan(model, cluster, training, top_k=a.top_k, time_limit_s=a.time_limit, framework=a.framework,
                  **_constraints(a))

@@ -326,9 +326,11 @@ def explain_with_status(model: ModelSpec, cluster: ClusterSpec, training: Traini
         other = _fp8_alternative(cluster, training, framework)
         if other is not None:
             label = f"FP8 ({other.fp8})" if other.fp8 else "BF16 GEMMs instead of FP8"
+            # the gain checked is the low-precision side's, on the chosen plan's stack (its kernels)
+            weighed = b.training if b.training.fp8 else b.training.model_copy(update={"fp8": other.fp8})
             lines.append("Sensitivity, " + _sensitivity(label, model, cluster, other, b, framework,
                                                         time_limit_s, constraints)
-                         + "; " + fp8_speedup_note(fp8_speedup_check(cluster, b.training, model)) + ".")
+                         + "; " + fp8_speedup_note(fp8_speedup_check(cluster, weighed, model)) + ".")
         if training.fp8_attention:  # priced at cuDNN's measured FP8 / BF16 speed of the core (cost.fp8_attention_speed)
             f, bw = fp8_attention_speed(model, cluster, training)
             lines.append("Sensitivity, " + _sensitivity(f"BF16 attention (FP8's core runs {f:.2f}x forward, {bw:.2f}x "

@@ -42,6 +42,9 @@ __all__ = [
     "FP8_ATTENTION_RECIPES",
     "Layout",
     "Kernels",
+    "Fp8Recipe",
+    "Fp8Scaling",
+    "FP8_SCALING",
     "num_microbatches",
     "format_validation_error",
     "MAX_GPUS",
@@ -146,6 +149,26 @@ def _cached_names(cls: type) -> tuple[str, ...]:
 
 Kernels = Literal["fused", "unfused"]
 """A stack's kernel family: Megatron/Transformer Engine's fused kernels or eager PyTorch's."""
+
+Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise",
+                    "torchao-mxfp8"]
+"""The low-precision recipes TrainingSpec.fp8 names."""
+
+Fp8Scaling = Literal["per-tensor", "row-wise", "block"]
+"""How a recipe scales its operands: one scale a tensor, one a row (of the input and of the weight, and again
+along the other axis for the backward GEMMs), or one a block of 16-128 elements."""
+
+FP8_SCALING: dict[Fp8Recipe, Fp8Scaling] = {
+    "delayed": "per-tensor", "tensorwise": "per-tensor", "torchao-tensorwise": "per-tensor",
+    "rowwise": "row-wise",
+    "blockwise": "block", "mxfp8": "block", "torchao-mxfp8": "block", "nvfp4": "block",
+}
+"""Each recipe's scaling: Transformer Engine's DelayedScaling and Float8CurrentScaling and torchao's
+tensorwise keep one scale a tensor; torchao's rowwise one a row, its GEMMs PyTorch's row-wise scaled_mm;
+Transformer Engine's Float8BlockScaling (1 x 128 and 128 x 128), MXFP8 (1 x 32) and NVFP4 (1 x 16) one a
+block [TransformerEngine transformer_engine/common/recipe/__init__.py; torchao float8/config.py:
+Float8LinearConfig.from_recipe_name]. The published FP8/BF16 pairs are read per scaling (uncertainty.
+FP8_SPEEDUPS): one layout's row-wise and tensor-wise gains differ more than the model prices them."""
 
 
 class _Spec(BaseModel):
@@ -1137,8 +1160,7 @@ class TrainingSpec(_Spec):
     the gradient over the BF16 logits (Transformer Engine's parallel cross-entropy, which Megatron-
     Bridge's recipes turn on: cross_entropy_fusion_impl='te'). 'fused' and 'te' are priced, not
     emitted: the launch configs refuse them (megatron-core 0.19.2's validate_args rejects 'te')."""
-    fp8: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4", "rowwise", "torchao-tensorwise",
-                 "torchao-mxfp8"] | None = None
+    fp8: Fp8Recipe | None = None
     """FP8 linear layers: a Transformer Engine recipe as Megatron's --fp8-recipe names it
     (delayed, tensorwise, blockwise, mxfp8), or torchao's float8 as torchtitan runs it: 'rowwise'
     (its default since 2025) or 'torchao-tensorwise' (dynamic tensor-wise scaling, the only one

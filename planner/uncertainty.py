@@ -21,7 +21,7 @@ from statistics import NormalDist
 
 from typing import Literal
 
-from planner.specs import ClusterSpec, ModelSpec, PredictionError, TrainingSpec
+from planner.specs import FP8_SCALING, ClusterSpec, Fp8Scaling, ModelSpec, PredictionError, TrainingSpec
 
 __all__ = ["Interval", "Workload", "workload", "model_key", "model_error", "table_key", "prediction_error", "interval",
            "oom_risk", "peak_for_risk", "LEVELS", "PUBLISHED", "POOLED", "MODELS", "SpeedupCheck", "FP8_SPEEDUPS",
@@ -102,21 +102,30 @@ class SpeedupCheck:
 
 
 # Written by `python benchmarks/intervals.py --write` (speedup_checks) from the same out-of-sample residuals as
-# PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family) of the FP8 run: how far explain's FP8 sensitivity
-# and plan's FP8 choice can be trusted, where someone published both precisions of one layout on that stack.
-FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str], SpeedupCheck] = {
-    ('dense', 10, 'unfused'): SpeedupCheck(pairs=2, median_points=3.9, lo_points=-2.7, hi_points=10.4, basis="2 published FP8/BF16 pairs of one layout (dense models on Blackwell with unfused kernels, 1 source group; measured 1.04x, 1.16x), each run predicted out of its source group"),
-    ('dense', 9, 'unfused'): SpeedupCheck(pairs=3, median_points=-14.1, lo_points=-31.9, hi_points=-13.5, basis="3 published FP8/BF16 pairs of one layout (dense models on Hopper with unfused kernels, 2 source groups; measured 1.28x, 1.29x, 1.62x), each run predicted out of its source group"),
-    ('moe', 10, 'fused'): SpeedupCheck(pairs=4, median_points=-9.0, lo_points=-10.6, hi_points=10.6, basis="4 published FP8/BF16 pairs of one layout (MoE models on Blackwell with fused kernels, 2 source groups; measured 1.13x, 1.38x, 1.41x, 1.41x), each run predicted out of its source group"),
-    ('moe', 9, 'fused'): SpeedupCheck(pairs=1, median_points=-2.7, lo_points=-2.7, hi_points=-2.7, basis="1 published FP8/BF16 pair of one layout (MoE models on Hopper with fused kernels, 1 source group; measured 1.15x), each run predicted out of its source group"),
+# PUBLISHED. Keyed by (dense or MoE, GPU arch, kernel family, the recipe's scaling: specs.FP8_SCALING) of the FP8
+# run: how far explain's FP8 sensitivity and plan's FP8 choice can be trusted, where someone published both
+# precisions of one layout on that stack with a recipe that scales the same way (torchao's row-wise and
+# tensor-wise gains of one layout missed in opposite directions).
+FP8_SPEEDUPS: dict[tuple[Literal['dense', 'moe'], int, str, Fp8Scaling], SpeedupCheck] = {
+    ('dense', 10, 'unfused', 'block'): SpeedupCheck(pairs=1, median_points=-2.7, lo_points=-2.7, hi_points=-2.7, basis="1 published FP8/BF16 pair of one layout (dense models on Blackwell with unfused kernels and block scaling, 1 source group; measured 1.16x), each run predicted out of its source group"),
+    ('dense', 10, 'unfused', 'per-tensor'): SpeedupCheck(pairs=1, median_points=-7.0, lo_points=-7.0, hi_points=-7.0, basis="1 published FP8/BF16 pair of one layout (dense models on Blackwell with unfused kernels and per-tensor scaling, 1 source group; measured 1.25x), each run predicted out of its source group"),
+    ('dense', 10, 'unfused', 'row-wise'): SpeedupCheck(pairs=1, median_points=10.4, lo_points=10.4, hi_points=10.4, basis="1 published FP8/BF16 pair of one layout (dense models on Blackwell with unfused kernels and row-wise scaling, 1 source group; measured 1.04x), each run predicted out of its source group"),
+    ('dense', 9, 'unfused', 'per-tensor'): SpeedupCheck(pairs=4, median_points=-13.8, lo_points=-31.9, hi_points=-5.6, basis="4 published FP8/BF16 pairs of one layout (dense models on Hopper with unfused kernels and per-tensor scaling, 3 source groups; measured 1.28x, 1.29x, 1.62x, 1.25x), each run predicted out of its source group"),
+    ('dense', 9, 'unfused', 'row-wise'): SpeedupCheck(pairs=1, median_points=5.8, lo_points=5.8, hi_points=5.8, basis="1 published FP8/BF16 pair of one layout (dense models on Hopper with unfused kernels and row-wise scaling, 1 source group; measured 1.10x), each run predicted out of its source group"),
+    ('moe', 10, 'fused', 'block'): SpeedupCheck(pairs=1, median_points=10.6, lo_points=10.6, hi_points=10.6, basis="1 published FP8/BF16 pair of one layout (MoE models on Blackwell with fused kernels and block scaling, 1 source group; measured 1.13x), each run predicted out of its source group"),
+    ('moe', 10, 'fused', 'per-tensor'): SpeedupCheck(pairs=3, median_points=-10.5, lo_points=-10.6, hi_points=-7.5, basis="3 published FP8/BF16 pairs of one layout (MoE models on Blackwell with fused kernels and per-tensor scaling, 1 source group; measured 1.38x, 1.41x, 1.41x), each run predicted out of its source group"),
+    ('moe', 9, 'fused', 'per-tensor'): SpeedupCheck(pairs=1, median_points=-2.7, lo_points=-2.7, hi_points=-2.7, basis="1 published FP8/BF16 pair of one layout (MoE models on Hopper with fused kernels and per-tensor scaling, 1 source group; measured 1.15x), each run predicted out of its source group"),
 }
 
 
 def fp8_speedup_check(cluster: ClusterSpec, training: TrainingSpec, model: ModelSpec | None) -> SpeedupCheck | None:
     """The published FP8/BF16 pairs of this kind of model (dense or MoE) on this GPU architecture with these
-    kernels (FP8_SPEEDUPS); None where none was published."""
+    kernels and a recipe of the training's scaling (FP8_SPEEDUPS); None where none was published or the
+    training is not low precision."""
+    if training.fp8 is None:
+        return None
     kind = "moe" if model is not None and model.moe is not None else "dense"
-    return FP8_SPEEDUPS.get((kind, cluster.gpu.arch, training.kernels))
+    return FP8_SPEEDUPS.get((kind, cluster.gpu.arch, training.kernels, FP8_SCALING[training.fp8]))
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,8 @@ def fp8_speedup_note(check: SpeedupCheck | None) -> str:
     prices for it (explain's FP8 sensitivity, plan's FP8 choice): the model's speedup against the measured one, in
     points, and which way to lean where the median missed by more than 5."""
     if check is None:
-        return "no published FP8/BF16 pair of one layout on this GPU generation and kernel family checks this gain"
+        return ("no published FP8/BF16 pair of one layout on this GPU generation and kernel family, with a recipe "
+                "that scales the same way, checks this gain")
     m = round(check.median_points)
     points = f"{abs(m)} point{'s' * (abs(m) != 1)}"
     off = (f"{points} below the measured one" if m < 0 else f"{points} above the measured one" if m > 0

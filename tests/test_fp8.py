@@ -167,7 +167,7 @@ def test_precision_choice_is_the_faster_and_proven():
     # and what checks that gain: NeMo's dense FP8 recipes on Hopper were published without BF16 twins
     assert merged.explanation[-1].startswith("workload choice: fp8=none ")
     assert merged.explanation[-1].endswith("no published FP8/BF16 pair of one layout on this GPU generation and kernel "
-                                           "family checks this gain")
+                                           "family, with a recipe that scales the same way, checks this gain")
     steps = [p.time.objective_us for p in (merged.best, *merged.alternatives)]
     assert steps == sorted(steps)
 
@@ -178,12 +178,19 @@ def test_cli_offers_the_choice_and_explain_prices_fp8():
                  "--fp8", "none,delayed", "--top-k", "2"], stdout=out, stderr=io.StringIO()) == 0
     assert "choice: fp8=none:" in out.getvalue() and "chosen: fp8=delayed optimizer_states=fp32" in out.getvalue()
     assert "note: no published FP8/BF16 pair of one layout" in out.getvalue()
-    out = io.StringIO()  # torchtitan on Hopper: its published pairs gained more than the model says
+    out = io.StringIO()  # torchtitan on Hopper runs rowwise: torchao's published row-wise pair gained less than priced
     assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16", "--seq-length", "4096",
                  "--framework", "torchtitan", "--precision", "bf16,fp8", "--top-k", "1"],
                 stdout=out, stderr=io.StringIO()) == 0
     text = " ".join(out.getvalue().split())
-    assert "note: on 3 published FP8/BF16 pairs" in text and "expect more from FP8 than this" in text
+    assert "note: on 1 published FP8/BF16 pair" in text and "row-wise scaling" in text
+    assert "expect less from FP8 than this" in text
+    out = io.StringIO()  # torchtitan 0.3 no longer runs tensor-wise float8: no FP8 plan, so no note on its gain
+    assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "16", "--seq-length", "4096",
+                 "--framework", "torchtitan", "--fp8", "none,torchao-tensorwise", "--top-k", "1"],
+                stdout=out, stderr=io.StringIO()) == 0
+    text = " ".join(out.getvalue().split())
+    assert "fp8=torchao-tensorwise refused (training.fp8: torchtitan 0.3 runs" in text and "note:" not in text
     out = io.StringIO()  # two choices at once: every combination searched and proven
     assert main(["plan", "llama3-8b", "dgx-h100", "--nodes", "1", "--global-batch-size", "64", "--seq-length", "4096",
                  "--fp8", "none,delayed", "--optimizer-states", "fp32,bf16", "--top-k", "2"],
@@ -199,6 +206,7 @@ def test_cli_offers_the_choice_and_explain_prices_fp8():
     line = next(line for line in lines if line.startswith("Sensitivity, FP8 (delayed)"))
     # NeMo's dense FP8 recipes were published without their BF16 twins: nothing checks this gain
     assert "no published FP8/BF16 pair of one layout on this GPU generation and kernel family" in line
+    assert "with a recipe that scales the same way" in line  # explain reads the FP8 alternative's recipe
 
 
 def test_published_fp8_speedup_pairs_are_the_sources_ratios_and_explain_reads_them_by_sign():
@@ -209,20 +217,28 @@ def test_published_fp8_speedup_pairs_are_the_sources_ratios_and_explain_reads_th
     explain leans the way the median misses by more than 5 points, and says nothing where it is within 5."""
     from planner.uncertainty import FP8_SPEEDUPS, SpeedupCheck, fp8_speedup_check, fp8_speedup_note
 
-    tt = FP8_SPEEDUPS[("dense", 9, "unfused")]
-    assert tt.pairs == 3
-    for ratio in (8532 / 6667, 8380 / 6514, 177 / 109):  # 1.28, 1.29, 1.62
+    tt = FP8_SPEEDUPS[("dense", 9, "unfused", "per-tensor")]
+    # torchtitan's tensor-wise float8, and torchao's float8 README: Llama-3-8B on 8 H100, tensor-wise with FP8
+    # all-gathers 7,689.5 over BF16's 6,150 tokens/s/GPU [pytorch/ao torchao/float8/README.md @ 8c81863ba]
+    assert tt.pairs == 4
+    for ratio in (8532 / 6667, 8380 / 6514, 177 / 109, 7689.5 / 6150):  # 1.28, 1.29, 1.62, 1.25
         assert f"{ratio:.2f}x" in tt.basis
-    assert tt.lo_points <= tt.median_points <= tt.hi_points < -5  # all three predicted short
+    assert tt.lo_points <= tt.median_points <= tt.hi_points < -5  # all four predicted short
+    # the same README's row-wise run of that layout, 6,768: priced long (the model prices both scalings' GEMMs alike)
+    rw = FP8_SPEEDUPS[("dense", 9, "unfused", "row-wise")]
+    assert rw.pairs == 1 and f"{6768 / 6150:.2f}x" in rw.basis and rw.median_points > 5
     # torchao's MX README, Llama-3-8B on 8 power-limited B200 (benchmarks/data/speedup_pairs.yaml): float8 rowwise
-    # 8,640.5 and MXFP8 (RCEIL) 9,642.0 over BF16's 8,307.5 tokens/s/GPU, priced at the catalog's B200
-    bw = FP8_SPEEDUPS[("dense", 10, "unfused")]
-    assert bw.pairs == 2 and all(f"{ratio:.2f}x" in bw.basis for ratio in (8640.5 / 8307.5, 9642.0 / 8307.5))
-    assert bw.lo_points < 0 < bw.hi_points  # MXFP8's gain priced short, rowwise's long
-    h100 = planner.load_cluster("dgx-h100")
-    assert fp8_speedup_check(h100, TrainingSpec(**TRAIN, kernels="unfused"), planner.load_model("llama3-8b")) is tt
-    assert fp8_speedup_check(h100, TrainingSpec(**TRAIN), planner.load_model("llama3-8b")) is None
-    assert "expect more from FP8" in fp8_speedup_note(tt)
+    # 8,640.5, tensor-wise 10,417.0 and MXFP8 (RCEIL) 9,642.0 over BF16's 8,307.5 tokens/s/GPU, at the catalog's B200
+    bw = {s: FP8_SPEEDUPS[("dense", 10, "unfused", s)] for s in ("row-wise", "per-tensor", "block")}
+    for s, ratio in (("row-wise", 8640.5 / 8307.5), ("per-tensor", 10417.0 / 8307.5), ("block", 9642.0 / 8307.5)):
+        assert bw[s].pairs == 1 and f"{ratio:.2f}x" in bw[s].basis
+    assert bw["per-tensor"].median_points < bw["block"].median_points < 0 < bw["row-wise"].median_points
+    h100, llama = planner.load_cluster("dgx-h100"), planner.load_model("llama3-8b")
+    for fp8, check in (("torchao-tensorwise", tt), ("rowwise", rw)):
+        assert fp8_speedup_check(h100, TrainingSpec(**TRAIN, kernels="unfused", fp8=fp8), llama) is check
+    assert fp8_speedup_check(h100, TrainingSpec(**TRAIN, kernels="unfused"), llama) is None  # not low precision
+    assert fp8_speedup_check(h100, TrainingSpec(**TRAIN, fp8="delayed"), llama) is None
+    assert "expect more from FP8" in fp8_speedup_note(tt) and "expect less from FP8" in fp8_speedup_note(rw)
     above = SpeedupCheck(pairs=2, median_points=8.2, lo_points=6.0, hi_points=10.4, basis="two pairs")
     assert "8 points above the measured one (median; +6 to +10); expect less from FP8" in fp8_speedup_note(above)
     close = SpeedupCheck(pairs=1, median_points=-0.4, lo_points=-0.4, hi_points=-0.4, basis="one pair")
@@ -789,3 +805,16 @@ def test_torchtitan_mxfp8_launch_converts_the_decoder_linears(tmp_path):
     assert res.ok, res.line()
     # every block's wqkv, wo, w1, w2, w3 in MXFP8, the LM head in BF16
     assert res.details["high_precision_linears"] == ["lm_head"] and res.details["float8_linears"] == 5 * 32
+
+
+def test_every_recipe_has_a_scaling():
+    """specs.FP8_SCALING names how each recipe TrainingSpec.fp8 accepts scales its operands (the key the published
+    speedup pairs are read by): Transformer Engine's delayed and current (tensorwise) scaling and torchao's
+    tensorwise one scale a tensor, torchao's rowwise one a row, blockwise, MXFP8 and NVFP4 one a block."""
+    from typing import get_args
+
+    from planner.specs import FP8_SCALING, Fp8Recipe
+
+    assert set(FP8_SCALING) == set(get_args(Fp8Recipe))
+    assert {r for r, s in FP8_SCALING.items() if s == "per-tensor"} == {"delayed", "tensorwise", "torchao-tensorwise"}
+    assert [r for r, s in FP8_SCALING.items() if s == "row-wise"] == ["rowwise"]
