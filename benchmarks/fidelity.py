@@ -457,12 +457,26 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
     pairs = [speedup(hi[b], lo[f]) for b, f in SPEEDUP_PAIRS if b in hi and f in lo]
     print_speedups("FP8 speedup over BF16", [(rf.id, m, p) for _, rf, m, p in pairs])
     print_speedups("FP8 speedup over BF16, published as ratios only", [(rf.id, m, p) for _, rf, m, p in ratio_pairs()])
+    print_memory("peak memory of those pairs (published)", ratio_pair_memory())
 
 
 def speedup(rb, rf) -> tuple[object, object, float, float]:
     """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) at the catalog's prices."""
     pb, pf = (evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
     return rb, rf, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
+
+
+def ratio_pair_memory() -> dict[str, list[float]]:
+    """The ledger's signed error against the peaks the ratio-only pairs publish (runs.load_ratio_pairs), per
+    source group, each run once (a BF16 run shared by two pairs counts once): out of sample, and a power limit
+    does not move memory."""
+    seen, out = set(), {}
+    for r in (r for pair in load_ratio_pairs() for r in pair if r.peak_mem_bytes):
+        if (r.group, r.training, r.layout) not in seen:
+            seen.add((r.group, r.training, r.layout))
+            plan = evaluate(r.model, r.cluster, r.training, r.layout)
+            out.setdefault(r.group, []).append(plan.peak_memory_bytes / r.peak_mem_bytes - 1)
+    return out
 
 
 def ratio_pairs() -> list[tuple[object, object, float, float]]:

@@ -629,18 +629,25 @@ def load_moe_runs(path: Path = MOE_RUNS_PATH) -> tuple[list[Run], list[tuple[str
 
 def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
     """(BF16 run, FP8 run) of each pair in speedup_pairs.yaml, on the catalog model and cluster it names, as
-    torchtitan runs them (the only stack there): their ratio is the measurement, their absolute speeds are
-    not (power-limited parts), so they feed the speedup checks and never the error tables or the fits."""
+    torchtitan runs them (the only stack there): 0.3's chunked loss, or with `loss: whole` the whole sequence's
+    eager loss of the torchtitan before it (priced as the published torchtitan rows are: FSDP2, PyTorch's kernels,
+    one loss chunk). Their ratio is the measurement, their absolute speeds are not (power-limited or unnamed
+    parts), so they feed the speedup checks and never the error tables or the fits; their peak memory, where
+    published (`peak_mem_gib`), is checked against the ledger."""
     pairs = []
     for r in yaml.safe_load(Path(path).read_text()):
         model, cluster = planner.load_model(r["model"]), planner.load_cluster(r["cluster"], nodes=r["nodes"])
         layout = Layout(**r["layout"])
-        tokens = r["tokens_per_sec_per_gpu"]
-        runs = [Run(r["id"] if fp8 else f"{r['id']}_bf16", r["source_group"], model, cluster,
-                    framework_training(TrainingSpec(global_batch_size=r["global_batch_size"], seq_length=r["seq_length"],
-                                                    fp8=fp8, fp8_param_gather=bool(fp8) and r.get("fp8_param_gather", False)),
-                                       "torchtitan"), layout,
-                    float(tokens["fp8" if fp8 else "bf16"]), None, False)
-                for fp8 in (None, r["fp8"])]
+        tokens, mem = r["tokens_per_sec_per_gpu"], r.get("peak_mem_gib", {})
+        runs = []
+        for fp8 in (None, r["fp8"]):
+            whole = r.get("loss") == "whole"
+            training = TrainingSpec(global_batch_size=r["global_batch_size"], seq_length=r["seq_length"], fp8=fp8,
+                                    fp8_param_gather=bool(fp8) and r.get("fp8_param_gather", False),
+                                    **({"optimizer_impl": "fsdp2", "kernels": "unfused"} if whole else {}))
+            training = training if whole else framework_training(training, "torchtitan")
+            key = "fp8" if fp8 else "bf16"
+            runs.append(Run(r["id"] if fp8 else f"{r['id']}_bf16", r["source_group"], model, cluster, training, layout,
+                            float(tokens[key]), mem[key] * 2**30 if key in mem else None, False))
         pairs.append((runs[0], runs[1]))
     return pairs
