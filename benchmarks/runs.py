@@ -636,7 +636,10 @@ def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
     published (`peak_mem_gib`), is checked against the ledger."""
     pairs = []
     for r in yaml.safe_load(Path(path).read_text()):
-        model, cluster = planner.load_model(r["model"]), planner.load_cluster(r["cluster"], nodes=r["nodes"])
+        model = planner.load_model(r["model"])
+        if "model_overrides" in r:  # a cut-down flavour of the catalog model (fewer layers to fit one node)
+            model = ModelSpec(**{**model.model_dump(), **r["model_overrides"]})
+        cluster = planner.load_cluster(r["cluster"], nodes=r["nodes"], **r.get("cluster_overrides", {}))
         layout = Layout(**r["layout"])
         tokens, mem = r["tokens_per_sec_per_gpu"], r.get("peak_mem_gib", {})
         runs = []

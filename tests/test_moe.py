@@ -33,6 +33,18 @@ def test_counts_match_the_published_totals(ref, total, active):
     assert abs(m.active_params - active) <= 10 ** (9 - digits)
 
 
+def test_llama4_scout_counts_its_text_model():
+    """Llama-4 Scout (HF config: 48 layers of hidden 5120, 40 heads and 8 KV heads of 128, 16 experts top-1 of 8192 and a
+    shared expert of 8192 on every layer, vocabulary 202,048, untied). By hand: attention 5120 x (5120 + 2 x 1024) + 5120 x
+    5120 = 62,914,560; experts 16 x 3 x 5120 x 8192 = 2,013,265,920; shared expert 125,829,120; router 81,920; two norms
+    10,240: 2,202,101,760 a layer, x 48 = 105,700,884,480, plus embedding and output 2 x 202,048 x 5120 = 2,068,971,520
+    and the final norm: 107,769,861,120. The card's 109B counts the vision encoder too; active: 48 x (62,914,560 + 2 x
+    125,829,120 + 81,920 + 10,240) + 2,068,971,520 + 5120 = 17,172,894,720, the card's 17B."""
+    m = planner.load_model("llama4-scout")
+    assert m.num_params == 107_769_861_120
+    assert m.active_params == 17_172_894_720
+
+
 @pytest.mark.parametrize("ref, total, active", [("gpt-oss-120b", 116.83e9, 5.13e9), ("gpt-oss-20b", 20.91e9, 3.61e9)])
 def test_gpt_oss_counts_match_openai_model_card(ref, total, active):
     # OpenAI's gpt-oss model card (arXiv 2508.10925) Table 1 gives totals and active counts to two decimals;
