@@ -458,12 +458,30 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
     print_speedups("FP8 speedup over BF16", [(rf.id, m, p) for _, rf, m, p in pairs])
     print_speedups("FP8 speedup over BF16, published as ratios only", [(rf.id, m, p) for _, rf, m, p in ratio_pairs()])
     print_memory("peak memory of those pairs (published)", ratio_pair_memory())
+    print_speedups_absolute("throughput of those pairs on the catalog's own parts", ratio_pair_throughput())
 
 
 def speedup(rb, rf) -> tuple[object, object, float, float]:
     """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) at the catalog's prices."""
     pb, pf = (evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
     return rb, rf, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
+
+
+def ratio_pair_throughput() -> list[tuple[str, float, float]]:
+    """(run, measured, predicted tokens/s/GPU) of the ratio-only pairs' runs on the catalog's own parts
+    (runs.Run.catalog_part): out of sample, nothing fitted on them."""
+    runs = [r for pair in load_ratio_pairs() for r in pair if r.catalog_part]
+    return [(r.id, r.tokens_per_s_per_gpu, p.tokens_per_second / p.num_gpus)
+            for r in runs for p in [evaluate(r.model, r.cluster, r.training, r.layout)]]
+
+
+def print_speedups_absolute(title: str, rows: list[tuple[str, float, float]]) -> None:
+    """Measured against predicted throughput, and the signed error."""
+    if not rows:
+        return
+    print(f"\n{title:56s} {'measured':>9s} {'predicted':>9s} {'error':>7s}")
+    for name, meas, pred in rows:
+        print(f"{name:56s} {meas:9.0f} {pred:9.0f} {pred / meas - 1:+7.1%}")
 
 
 def ratio_pair_memory() -> dict[str, list[float]]:

@@ -25,7 +25,8 @@ RUNS_PATH = Path(os.environ.get("PLANNER_RUNS") or Path(__file__).resolve().pare
 MOE_RUNS_PATH = Path(os.environ.get("PLANNER_MOE_RUNS") or Path(__file__).resolve().parent / "data" / "moe_runs.yaml")
 """The project's copy of shared/calibration/moe_runs.yaml."""
 RATIO_PAIRS_PATH = Path(__file__).resolve().parent / "data" / "speedup_pairs.yaml"
-"""Published FP8-over-BF16 speedups of one layout on parts whose absolute speed the catalog cannot price."""
+"""Published FP8-over-BF16 speedups of one layout, checked out of sample (their ratio; their absolute speed only
+where the part is the catalog's)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Run:
     """None where the run went out of memory."""
     peak_mem_bytes: float | None
     oom: bool
+    catalog_part: bool = False
+    """A ratio-only pair's run on the catalog's part at its own power (speedup_pairs.yaml `catalog_part`): its
+    absolute speed is checked too."""
 
 
 HBM2E_H100_BANDWIDTH = 2.4e12
@@ -631,9 +635,9 @@ def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
     """(BF16 run, FP8 run) of each pair in speedup_pairs.yaml, on the catalog model and cluster it names, as
     torchtitan runs them (the only stack there): 0.3's chunked loss, or with `loss: whole` the whole sequence's
     eager loss of the torchtitan before it (priced as the published torchtitan rows are: FSDP2, PyTorch's kernels,
-    one loss chunk). Their ratio is the measurement, their absolute speeds are not (power-limited or unnamed
-    parts), so they feed the speedup checks and never the error tables or the fits; their peak memory, where
-    published (`peak_mem_gib`), is checked against the ledger."""
+    one loss chunk). Their ratio is the measurement, and their absolute speed only where the part is the catalog's
+    (`catalog_part`; most are power-limited or unnamed): they feed the speedup checks and never the error tables or
+    the fits; their peak memory, where published (`peak_mem_gib`), is checked against the ledger."""
     pairs = []
     for r in yaml.safe_load(Path(path).read_text()):
         model = planner.load_model(r["model"])
@@ -651,6 +655,7 @@ def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
             training = training if whole else framework_training(training, "torchtitan")
             key = "fp8" if fp8 else "bf16"
             runs.append(Run(r["id"] if fp8 else f"{r['id']}_bf16", r["source_group"], model, cluster, training, layout,
-                            float(tokens[key]), mem[key] * 2**30 if key in mem else None, False))
+                            float(tokens[key]), mem[key] * 2**30 if key in mem else None, False,
+                            r.get("catalog_part", False)))
         pairs.append((runs[0], runs[1]))
     return pairs

@@ -33,6 +33,16 @@ def test_counts_match_the_published_totals(ref, total, active):
     assert abs(m.active_params - active) <= 10 ** (9 - digits)
 
 
+def test_qwen3_8b_counts_its_card():
+    """Qwen3-8B (HF config: 36 layers of hidden 4096, 32 Q and 8 KV heads of 128, FFN 12288, Q/K RMSNorm, vocabulary
+    151,936, untied). By hand: a layer 4096 x 4096 x 2 + 2 x 4096 x 1024 + 3 x 4096 x 12288 + 2 x 4096 + 2 x 128 =
+    192,946,432, x 36 = 6,946,071,552 (the card's 6.95B without embeddings); plus 2 x 151,936 x 4096 = 1,244,659,712 and
+    the final norm: 8,190,735,360 (the card's 8.2B)."""
+    m = planner.load_model("qwen3-8b")
+    assert m.qk_norm and not m.tied_embeddings and m.moe is None
+    assert m.num_params == m.active_params == 8_190_735_360
+
+
 def test_llama4_scout_counts_its_text_model():
     """Llama-4 Scout (HF config: 48 layers of hidden 5120, 40 heads and 8 KV heads of 128, 16 experts top-1 of 8192 and a
     shared expert of 8192 on every layer, vocabulary 202,048, untied). By hand: attention 5120 x (5120 + 2 x 1024) + 5120 x
