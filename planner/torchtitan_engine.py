@@ -88,7 +88,7 @@ from functools import lru_cache
 from planner.errors import SpecError
 from planner.specs import Layout, ModelSpec, TrainingSpec, num_microbatches
 
-__all__ = ["MOE_FLAVOURS", "moe_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS",
+__all__ = ["MOE_FLAVOURS", "DENSE_FLAVOURS", "moe_flavour", "registry_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS",
            "uses_torchtitan", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
            "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
@@ -115,6 +115,21 @@ models/qwen3/__init__.py: _30b_a3b, _235b_a22b; config_registry.py: qwen3_30b_a3
 has no config function of its own]. Other MoE shapes (DeepSeek-V3's MLA and shared experts, GPT-OSS's
 sinks and windows) are refused for torchtitan."""
 
+DENSE_FLAVOURS = {
+    # (layers, hidden, heads, kv heads, head dim, vocab, ffn, tied embeddings): (module, config, flavour)
+    (28, 1024, 16, 8, 128, 151936, 3072, True): ("qwen3", "qwen3_0_6b", "0.6B"),
+    (28, 2048, 16, 8, 128, 151936, 6144, True): ("qwen3", "qwen3_1_7b", "1.7B"),
+    (36, 2560, 32, 8, 128, 151936, 9728, True): ("qwen3", None, "4B"),
+    (36, 4096, 32, 8, 128, 151936, 12288, False): ("qwen3", None, "8B"),
+    (40, 5120, 40, 8, 128, 151936, 17408, False): ("qwen3", "qwen3_14b", "14B"),
+    (64, 5120, 64, 8, 128, 151936, 25600, False): ("qwen3", "qwen3_32b", "32B"),
+}
+"""The dense models with per-head Q/K norms torchtitan 0.3's registry builds, by shape: Qwen3's dense
+flavours (Q/K RMSNorm, SwiGLU, no biases; 0.6B-4B tie the LM head to the embedding) [torchtitan 0.3
+models/qwen3/__init__.py: _0_6b, _1_7b, _4b, _8b, _14b, _32b; config_registry.py: qwen3_0_6b, qwen3_1_7b,
+qwen3_14b, qwen3_32b -- 4B and 8B have no plain pretraining config function]. Llama-family models without
+Q/K norms are llama3's (torchtitan_config_name)."""
+
 _TORCHTITAN_BUILT = ("experts (moe)", "Q/K norms (qk_norm)")
 
 
@@ -131,10 +146,22 @@ def moe_flavour(model: ModelSpec) -> tuple[str, str | None, str] | None:
                              model.head_dim, model.vocab_size, e.num_experts, e.top_k, e.expert_ffn_hidden_size))
 
 
+def registry_flavour(model: ModelSpec) -> tuple[str, str | None, str] | None:
+    """(module, config function or None, flavour) of the torchtitan registry model with this model's shape:
+    an MoE model's (moe_flavour), a dense one with per-head Q/K norms (DENSE_FLAVOURS); else None."""
+    if model.moe is not None:
+        return moe_flavour(model)
+    if (not model.qk_norm or model.linear_bias or model.qkv_bias or model.activation != "swiglu"
+            or model.family.value != "llama"):
+        return None
+    return DENSE_FLAVOURS.get((model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads,
+                               model.head_dim, model.vocab_size, model.ffn_hidden_size, model.tied_embeddings))
+
+
 def unbuilt_features(model: ModelSpec) -> tuple[str, ...]:
-    """ModelSpec.megatron_only less what torchtitan's registry builds for the model (moe_flavour): the
+    """ModelSpec.megatron_only less what torchtitan's registry builds for the model (registry_flavour): the
     features a torchtitan launch would drop."""
-    built = _TORCHTITAN_BUILT if moe_flavour(model) is not None else ()
+    built = _TORCHTITAN_BUILT if registry_flavour(model) is not None else ()
     return tuple(f for f in model.megatron_only if f not in built)
 
 

@@ -192,3 +192,48 @@ def test_gradient_buffer_flags_match_the_priced_bytes(precision, grad_dtype, fla
     per_param = 2 if grad_dtype == "bf16" else 4
     for plan_ in (p, ds):  # DeepSpeed's BF16_Optimizer keeps an FP32 gradient buffer of the whole model too
         assert plan_.memory.stages[0].get("gradients") == pytest.approx(per_param * m.num_params)
+
+
+def test_torchtitan_local_batch_is_the_plans_micro_batch_without_a_pipeline():
+    """torchtitan's training.local_batch_size is what a data-parallel rank runs in one gradient-accumulation step,
+    accumulated global / (local x dp) times; with a pipeline that step's batch is split into
+    pipeline_parallel_microbatch_size micro-batches [torchtitan 0.3 trainer.py: gradient_accumulation_steps]. So
+    Llama-3-8B on 8 H100 at GBS 64, dp 8, micro-batch 2 runs local batch 2 (4 accumulation steps, the 4
+    micro-batches the plan prices), not 8 (one micro-batch of 8, four times the activations priced)."""
+    m, c = planner.load_model("llama3-8b"), planner.load_cluster("dgx-h100", nodes=1)
+    t = framework_training(TrainingSpec(global_batch_size=64, seq_length=4096), "torchtitan")
+    p = planner.evaluate(m, c, t, Layout(dp=8, zero_stage=3, micro_batch_size=2, recompute="op"))
+    files = p.to_torchtitan()
+    args = list(files.args)
+    assert args[args.index("--training.local_batch_size") + 1] == "2"
+    assert args[args.index("--training.global_batch_size") + 1] == "64"
+    assert "local_batch_size = 2" in files.files["job.toml"]
+
+
+def test_torchtitan_builds_qwen3s_dense_flavour(tmp_path):
+    """Qwen3-8B (Q/K norms, untied) is torchtitan 0.3's qwen3 flavour 8B, which has no pretraining config function:
+    planner_job.py trains it in qwen3_14b's trainer config, and torchtitan parses it into the Hugging Face
+    config's shape (36 layers, dim 4096, 32 / 8 heads of 128, vocabulary 151,936) with its Q/K norms."""
+    pytest.importorskip("torchtitan")
+    from planner.check import check_torchtitan
+    from planner.emit.torchtitan import torchtitan_config_name
+    from planner.torchtitan_engine import registry_flavour, unbuilt_features
+
+    m = planner.load_model("qwen3-8b")
+    assert registry_flavour(m) == ("qwen3", None, "8B") and unbuilt_features(m) == ()
+    assert registry_flavour(m.model_copy(update={"qk_norm": False})) is None  # a llama3 model: its own registry
+    t = framework_training(TrainingSpec(global_batch_size=64, seq_length=2048), "torchtitan")
+    p = planner.evaluate(m, planner.load_cluster("gb200-nvl72", nodes=1), t,
+                         Layout(dp=4, zero_stage=3, micro_batch_size=16, recompute="op"))
+    files = p.to_torchtitan()
+    assert set(files.files) == {"train.sh", "planner_job.py"}  # no 0.2-style TOML: its qwen3 keys are not checked
+    assert 'model_registry("8B")' in files.files["planner_job.py"] and "qwen3_14b()" in files.files["planner_job.py"]
+    files.write(tmp_path)
+    module, config = torchtitan_config_name(p)
+    res = check_torchtitan(list(files.args), p.num_gpus, module=module, config=config, folder=str(tmp_path),
+                           num_layers=m.num_layers)
+    assert res.ok, res.line()
+    d = res.details
+    assert (d["num_layers"], d["dim"], d["n_heads"], d["n_kv_heads"], d["head_dim"], d["vocab_size"]) == (
+        36, 4096, 32, 8, 128, 151936)
+    assert d["qk_norm"] and not d["weight_tying"]

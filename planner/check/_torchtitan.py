@@ -137,13 +137,21 @@ def _expert_mesh(dims) -> int:
 
 
 def _experts(model_cfg) -> dict:
-    """The routed experts of a parsed model config, as the plan's model names them: MoE layers,
+    """The routed experts of a parsed model config, as the plan's model names them (a dense model's shape and
+    attention where it has none): MoE layers,
     experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm);
     and how many MoE layers run their experts in low-precision grouped GEMMs (the Float8<GroupedExperts> or
     MXFP8<GroupedExperts> modules of Float8GroupedExpertsConverter or MXFP8GroupedExpertsConverter)."""
     layers = [layer for layer in getattr(model_cfg, "layers", []) if getattr(layer, "moe", None) is not None]
-    if not layers:
-        return {"moe_layers": 0}
+    if not layers:  # a dense model: its shape and attention, as the plan's model names them
+        every = getattr(model_cfg, "layers", [])
+        att = getattr(every[0], "attention", None) if every else None
+        if att is None or not hasattr(model_cfg, "dim"):
+            return {"moe_layers": 0}
+        return {"moe_layers": 0, "num_layers": len(every), "dim": model_cfg.dim, "vocab_size": model_cfg.vocab_size,
+                "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
+                "qk_norm": getattr(att, "qk_norm", None) is not None,
+                "weight_tying": getattr(model_cfg, "enable_weight_tying", False)}
     moe, att = layers[0].moe, layers[0].attention
     inner = moe.routed_experts.inner_experts
     return {"moe_layers": len(layers), "num_layers": len(model_cfg.layers), "dim": model_cfg.dim,

@@ -5,4 +5,4 @@ set -euo pipefail
 torchrun --nnodes 1 --nproc-per-node 8 --node-rank "${NODE_RANK:-0}" \
   --master-addr "${MASTER_ADDR:-localhost}" --master-port 29500 -m torchtitan.train \
   --module "${MODULE:-llama3}" --config "${CONFIG:-llama3_8b}" \
-  --parallelism.data_parallel_replicate_degree 1 --parallelism.data_parallel_shard_degree 8 --parallelism.tensor_parallel_degree 1 --parallelism.pipeline_parallel_degree 1 --parallelism.context_parallel_degree 1 --training.local_batch_size 8 --training.global_batch_size 64 --training.seq_len 8192 --compile.enable activation-checkpoint:selective
+  --parallelism.data_parallel_replicate_degree 1 --parallelism.data_parallel_shard_degree 8 --parallelism.tensor_parallel_degree 1 --parallelism.pipeline_parallel_degree 1 --parallelism.context_parallel_degree 1 --training.local_batch_size 1 --training.global_batch_size 64 --training.seq_len 8192 --compile.enable activation-checkpoint:selective
