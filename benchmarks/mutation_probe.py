@@ -606,6 +606,15 @@ MUTANTS = [
      "NVL72: a ring's NICs counted per tray, not per NVLink domain"),
     ("planner/comm.py", "k = group.per_domain or group.per_node  #", "k = group.per_node  #",
      "NVL72: an all-to-all's NVLink share per tray"),
+    # torchtitan launches and what checks an FP8 gain (emitter and trust: no recommendation moves; the tests catch them)
+    ("planner/emit/torchtitan.py", "return plan.training.global_batch_size // lay.dp if lay.pp > 1 else lay.micro_batch_size",
+     "return plan.training.global_batch_size // lay.dp", "torchtitan emit: the rank's batch as one micro-batch"),
+    ("planner/torchtitan_engine.py", "(36, 4096, 32, 8, 128, 151936, 12288, False)",
+     "(36, 4096, 32, 8, 128, 151936, 12288, True)", "torchtitan emit: Qwen3-8B's flavour not recognised"),
+    ("planner/uncertainty.py", "training.kernels, FP8_SCALING[training.fp8]))", 'training.kernels, "per-tensor"))',
+     "FP8 checks: every recipe read as per-tensor"),
+    ("planner/specs.py", '    "rowwise": "row-wise",', '    "rowwise": "per-tensor",',
+     "FP8 checks: rowwise pooled with tensor-wise"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])
@@ -652,7 +661,7 @@ def main(argv=None) -> int:
                                        "tests/test_fidelity.py tests/test_fp8.py tests/test_deepspeed.py "
                                        "tests/test_torchtitan_engine.py tests/test_offload.py tests/test_mtp.py "
                                        "tests/test_torchtitan_moe.py tests/test_hybrid.py tests/test_latent_moe.py tests/test_calibrate.py "
-                                       "tests/test_apex.py")
+                                       "tests/test_apex.py tests/test_emit.py")
     ap.add_argument("--only", default=None, help="run only the planted bugs whose description contains this text")
     args = ap.parse_args(argv)
     base = recommendations()
