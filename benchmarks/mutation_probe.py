@@ -615,6 +615,12 @@ MUTANTS = [
      "FP8 checks: every recipe read as per-tensor"),
     ("planner/specs.py", '    "rowwise": "row-wise",', '    "rowwise": "per-tensor",',
      "FP8 checks: rowwise pooled with tensor-wise"),
+    ("planner/memory.py", "2 * sb * hkv * (2 if fused_qkv else 1) / tp", "2 * sb * hkv / tp",
+     "fused QKV: torchtitan 0.3's per-op checkpointing keeps no K"),
+    ("planner/cost.py", "wk = [] if fused_qkv else [2 * tokens * h * model.kv_hidden / tp]",
+     "wk = [2 * tokens * h * model.kv_hidden / tp]", "fused QKV: torchtitan 0.3 re-runs wk"),
+    ("planner/torchtitan_engine.py", "return uses_torchtitan(training) and training.loss_chunks > 1",
+     "return uses_torchtitan(training)", "fused QKV: the published rows' torchtitan fused"),
 ]
 
 CASES = [  # (model, cluster, nodes, gbs, seq, launch target[, constraints[, training fields]])

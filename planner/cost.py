@@ -151,12 +151,14 @@ def mla_up_proj_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
     return [2 * tokens * (m.q_lora_rank or h) * a * qk / tp, 2 * tokens * m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) / tp]
 
 
-def op_recompute_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
+def op_recompute_gemm_flops(model: ModelSpec, tokens: float, tp: int, fused_qkv: bool = False) -> list[float]:
     """Forward FLOPs of the linears torchtitan's per-op checkpointing recomputes in one llama block on
-    one GPU: the even ones in forward order (wq, wk, wv, wo, w1, w3, w2), i.e. wk, wo and w3
+    one GPU: the even ones in forward order (wq, wk, wv, wo, w1, w3, w2), i.e. wk, wo and w3; with 0.3's
+    fused wqkv (wqkv, wo, w1, w3, w2: torchtitan_engine.fuses_qkv) wo and w3
     [torchtitan distributed/activation_checkpoint.py: SelectiveAC; see memory._op_saved_bytes]."""
     h, f = model.hidden_size, model.ffn_hidden_size
-    return [2 * tokens * h * model.kv_hidden / tp, 2 * tokens * model.q_hidden * h / tp, 2 * tokens * h * f / tp]
+    wk = [] if fused_qkv else [2 * tokens * h * model.kv_hidden / tp]
+    return wk + [2 * tokens * model.q_hidden * h / tp, 2 * tokens * h * f / tp]
 
 
 def layer_gemm_flops(model: ModelSpec, tokens: float, tp: int) -> list[float]:
@@ -869,7 +871,8 @@ def _layer_time_of(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
         # per-op checkpointing re-runs the linears it did not keep, every elementwise op (and the FP8
         # casts of those linears), and the collectives it does not keep: the sequence-parallel
         # all-gathers (its reduce-scatters are kept), or the all-reduces without SP
-        op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp), fp8, training.kernels)
+        op_gemm = _gemm_time(cluster, op_recompute_gemm_flops(model, tokens, tp, torchtitan_engine.fuses_qkv(training)),
+                             fp8, training.kernels)
         op_tp = ag_fwd if tp > 1 else 0.0
         op_rc = op_gemm + elem_t + cast_fwd * op_gemm / gemm + op_tp
     # Megatron's --recompute-modules beyond the attention core (LayerTime.module_recompute)

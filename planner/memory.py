@@ -26,7 +26,8 @@ from planner.errors import SpecError
 from planner.specs import (BALANCED, ClusterSpec, Family, Layout, ModelSpec, MoERouting, Recompute, TrainingSpec,
                            num_microbatches)
 from planner.torchtitan_engine import OFFLOAD_HOST_BYTES as FSDP2_OFFLOAD_HOST_BYTES
-from planner.torchtitan_engine import chunk_loss_peak_sbv, pipeline_edge_tensors, uses_torchtitan, whole_loss_peak_sbv
+from planner.torchtitan_engine import (chunk_loss_peak_sbv, fuses_qkv, pipeline_edge_tensors, uses_torchtitan,
+                                      whole_loss_peak_sbv)
 
 __all__ = [
     "StaticMemory",
@@ -397,21 +398,24 @@ def _llama_terms(
     return terms
 
 
-def _op_saved_bytes(b: int, s: float, h: int, a: int, g: int, d: int, f: int, tp: int, sequence_parallel: bool) -> float:
+def _op_saved_bytes(b: int, s: float, h: int, a: int, g: int, d: int, f: int, tp: int, sequence_parallel: bool,
+                    fused_qkv: bool = False) -> float:
     """Bytes torchtitan's per-op selective checkpointing keeps for one llama block.
 
     Its policy saves the outputs of attention and of every other linear, counted in forward order
     per block, and the block's input as the checkpoint's argument; everything else is recomputed
     [torchtitan distributed/activation_checkpoint.py: SelectiveAC._wrap_block, 'Save all compute/comm
     ops, except every second mm/linear']. torchtitan's block runs wq, wk, wv (Attention.forward), wo,
-    then w1, w3, w2 (FeedForward.forward: w2(silu(w1(x)) * w3(x))), so wq, wv, w1 and w2 are kept.
+    then w1, w3, w2 (FeedForward.forward: w2(silu(w1(x)) * w3(x))), so wq, wv, w1 and w2 are kept; with
+    0.3's fused wqkv (torchtitan_engine.fuses_qkv) the block runs wqkv, wo, w1, w3, w2, so wqkv (Q, K and V:
+    a d + 2 g d wide), w1 and w2 are.
     With TP, w2's output is the row-parallel partial sum over the whole local sequence (h wide on
     every rank); with sequence parallelism the reduce-scatters after wo and w2 are communication ops
     the policy also keeps."""
     sb = s * b
     hq, hkv = a * d, g * d
     saved = 2 * sb * h / (tp if sequence_parallel else 1)  # the block's input
-    saved += 2 * sb * hq / tp + 2 * sb * hkv / tp  # wq and wv outputs
+    saved += 2 * sb * hq / tp + 2 * sb * hkv * (2 if fused_qkv else 1) / tp  # wqkv's output, or wq's and wv's
     saved += 2 * sb * hq / tp + 4 * a * sb / tp  # attention output and its fp32 logsumexp
     saved += 2 * sb * f / tp + 2 * sb * h  # w1 output, w2 output (partial sums with TP)
     if tp > 1 and sequence_parallel:
@@ -510,6 +514,7 @@ def activation_bytes_per_layer(
     moe_scores_after_combine: bool = False,
     symbol: str | None = None,
     fp8_attention: str | None = None,
+    fused_qkv: bool = False,
 ) -> float:
     """Bytes one transformer layer keeps for backward, for one micro-batch, on one GPU.
 
@@ -547,6 +552,8 @@ def activation_bytes_per_layer(
             models/common/decoder_sharding.py: set_gqa_attention_sharding, set_dense_ffn_sharding
             (in_dst_shardings Replicate); torch autograd: mm saves its input for the weight
             gradient; tests/test_activation_harness.py measures it on two ranks].
+        fused_qkv: with recompute='op', torchtitan 0.3's fused wqkv (torchtitan_engine.fuses_qkv), which moves
+            the linears its per-op checkpointing keeps (_op_saved_bytes).
         moe_scores_after_combine: the routed experts' saved bytes as torchtitan's MoE keeps them
             (moe_routed_bytes: scores_after_combine), not Megatron's.
         etp: expert tensor-parallel degree of an MoE layer (None = tp); see moe_routed_bytes.
@@ -587,7 +594,7 @@ def activation_bytes_per_layer(
         if not model.op_recompute_priced:
             raise SpecError("recompute 'op' (torchtitan's per-op checkpointing) is priced for dense llama-family "
                             f"layers only; {model.name} is not one", "recompute")
-        return _op_saved_bytes(b, s_loc, h, a, model.kv_heads, model.head_dim, f, tp, sequence_parallel)
+        return _op_saved_bytes(b, s_loc, h, a, model.kv_heads, model.head_dim, f, tp, sequence_parallel, fused_qkv)
     act_b = quant_bytes if fp8_inputs else 2
     if symbol == "M":
         return mamba_saved_bytes(model, s_loc * b, tp=tp, sp_div=sp_div, act_b=act_b)
@@ -1389,7 +1396,7 @@ def stage_activation_items(
               fp8_inputs=training.fp8 in TE_RECIPES, quant_bytes=quantized_element_bytes(training),
               etp=layout.expert_tp, moe_routing=training.moe_routing,
               recompute_modules=layout.recomputed_modules, saved_gather_bytes=saved_gather_bytes(training),
-              moe_scores_after_combine=uses_torchtitan(training),
+              moe_scores_after_combine=uses_torchtitan(training), fused_qkv=fuses_qkv(training),
               fp8_attention=training.fp8 if training.fp8_attention else None)
     dense = dense_layers_on(model, layout, stage)
     bf16 = bf16_kinds_on(model, training, layout, stage)  # BF16 first/last layers by kind (layer_kind)

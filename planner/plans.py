@@ -11,7 +11,7 @@ from planner.memory import STATIC_ITEMS, MemoryLedger, memory_ledger
 from planner.space import check_layout, framework_layout
 from planner.specs import ClusterSpec, Family, Layout, ModelSpec, Recompute, TrainingSpec, num_microbatches
 from planner.topology import group_placement
-from planner.torchtitan_engine import uses_torchtitan
+from planner.torchtitan_engine import fuses_qkv, uses_torchtitan
 from planner.uncertainty import Interval, interval, model_error, oom_risk, prediction_error
 
 __all__ = ["Plan", "StepTime", "evaluate", "TIME_UNIT_S", "MEM_UNIT_BYTES"]
@@ -129,7 +129,7 @@ class Plan:
             again += dense * sum(mlp_gemm_flops(m, 1, 1)) if "mlp" in mods and m.family != Family.GPT else 0.0
             extra += again / model_flops_per_token(m, self.training.seq_length)
         if self.layout.recompute == Recompute.OP:  # the linears it does not keep, once more forward
-            extra = (self.model.num_layers * sum(op_recompute_gemm_flops(self.model, 1, 1))
+            extra = (self.model.num_layers * sum(op_recompute_gemm_flops(self.model, 1, 1, fuses_qkv(self.training)))
                      / model_flops_per_token(self.model, self.training.seq_length))
         return self.mfu * (1 + extra)
 

@@ -89,7 +89,7 @@ from planner.errors import SpecError
 from planner.specs import Layout, ModelSpec, TrainingSpec, num_microbatches
 
 __all__ = ["MOE_FLAVOURS", "DENSE_FLAVOURS", "moe_flavour", "registry_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS",
-           "uses_torchtitan", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
+           "uses_torchtitan", "fuses_qkv", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
            "FIRST_CAST_BYTES", "ACCUMULATE_BYTES",
            "OFFLOAD_HOST_BYTES", "OFFLOAD_H2D_BYTES", "OFFLOAD_D2H_BYTES", "CPU_ACCUMULATE_BYTES", "CPU_CLIP_BYTES",
            "LOSS_CHUNKS", "whole_loss_peak_sbv", "chunk_loss_peak_sbv", "pipeline_edge_tensors",
@@ -168,6 +168,16 @@ def unbuilt_features(model: ModelSpec) -> tuple[str, ...]:
 def uses_torchtitan(training: TrainingSpec) -> bool:
     """The plan runs on torchtitan (FSDP2 as torchtitan applies it: TrainingSpec.optimizer_impl)."""
     return training.optimizer_impl == "fsdp2"
+
+
+def fuses_qkv(training: TrainingSpec) -> bool:
+    """torchtitan 0.3's registry builds each block's Q, K and V projections as one fused linear (wqkv) [torchtitan
+    0.3 models/llama3/__init__.py and models/qwen3/__init__.py: fuse_qkv=True in every flavour]; the torchtitan
+    before it (the published rows' 9dec370) ran wq, wk and wv apart. What marks a 0.3 plan is its chunked loss
+    (loss_chunks > 1, what framework_training sets for torchtitan; memory.loss_kind's 'torchtitan-chunks'). Per-op
+    checkpointing counts linears, so the fusion moves which outputs it keeps (memory._op_saved_bytes) and
+    which it re-runs (cost.op_recompute_gemm_flops)."""
+    return uses_torchtitan(training) and training.loss_chunks > 1
 
 
 FIRST_CAST_BYTES = 2 + 4

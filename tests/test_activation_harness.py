@@ -52,6 +52,11 @@ def test_op_checkpointing_matches_torch_selective_checkpointing(b, s, h, a, g, f
                       ffn_hidden_size=f, vocab_size=512)
     measured = op_checkpoint_saved_bytes(TitanBlock(h, a, g, f), b, s, save)
     assert activation_bytes_per_layer(model, b, s, recompute="op") == measured
+    # torchtitan 0.3's fused wqkv: the first linear now carries K too, and the K the separate wk kept no longer
+    # counts a linear, so the same alternation keeps Q, K and V, w1 and w2
+    fused = op_checkpoint_saved_bytes(TitanBlock(h, a, g, f, fused_qkv=True), b, s, save)
+    assert activation_bytes_per_layer(model, b, s, recompute="op", fused_qkv=True) == fused
+    assert fused - measured == 2 * b * s * g * (h // a)  # one K more, in BF16
     # and it keeps less than no recompute, more than full recompute
     assert activation_bytes_per_layer(model, b, s, recompute="full") < measured
     assert measured < activation_bytes_per_layer(model, b, s, recompute="none")

@@ -699,3 +699,24 @@ def test_explain_says_whose_attention_speed_a_torchtitan_plan_is_priced_at():
     assert "148 / 148 TFLOP/s" in line  # 0.15 x 989 at 8,192 keys, FlashAttention-2's curve read at its own reference
     line = next(x for x in explain(m, c, t, framework="megatron", sensitivities=False) if "its kernel is priced" in x)
     assert "Triton" not in line
+
+
+def test_torchtitan_03_fuses_qkv_which_moves_what_per_op_checkpointing_keeps_and_reruns():
+    """torchtitan 0.3 builds one wqkv linear per block (models/llama3/__init__.py: fuse_qkv=True), so its per-op
+    policy, keeping every other linear, keeps wqkv (Q, K and V), w1 and w2 and re-runs wo and w3; the torchtitan the
+    published rows ran (separate wq, wk, wv) kept wq, wv, w1, w2 and re-ran wk, wo, w3. Llama-3-8B, one 8,192-token
+    sequence, tp 1, by hand: re-run 2 x 8192 x 4096 x (4096 + 14336) = 1,236,950,581,248 FLOPs fused, plus wk's
+    2 x 8192 x 4096 x 1024 = 68,719,476,736 apart; kept one more K, 2 B x 8192 x 1024 = 16,777,216 bytes a layer."""
+    from planner.cost import op_recompute_gemm_flops
+    from planner.memory import activation_bytes_per_layer
+    from planner.torchtitan_engine import fuses_qkv
+
+    m = planner.load_model("llama3-8b")
+    assert sum(op_recompute_gemm_flops(m, 8192, 1, fused_qkv=True)) == 1_236_950_581_248
+    assert sum(op_recompute_gemm_flops(m, 8192, 1)) == 1_236_950_581_248 + 68_719_476_736
+    kept = activation_bytes_per_layer(m, 1, 8192, recompute="op", fused_qkv=True)
+    assert kept - activation_bytes_per_layer(m, 1, 8192, recompute="op") == 16_777_216
+    titan = framework_training(TrainingSpec(global_batch_size=8, seq_length=8192), "torchtitan")
+    assert fuses_qkv(titan)  # a 0.3 plan (its chunked loss)
+    assert not fuses_qkv(TrainingSpec(global_batch_size=8, seq_length=8192, optimizer_impl="fsdp2"))  # before 0.3
+    assert not fuses_qkv(TrainingSpec(global_batch_size=8, seq_length=8192))  # Megatron

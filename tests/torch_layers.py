@@ -188,11 +188,13 @@ class TitanBlock(torch.nn.Module):
     RMSNorm, separate wq / wk / wv / wo linears, RoPE, SDPA with grouped K/V, then
     w2(silu(w1(x)) * w3(x)); tensors [b, s, h] as torchtitan lays them out."""
 
-    def __init__(self, h, a, g, f):
+    def __init__(self, h, a, g, f, fused_qkv=False):
         super().__init__()
         self.h, self.a, self.g, self.d = h, a, g, h // a
         lin = lambda i, o: torch.nn.Linear(i, o, bias=False)  # noqa: E731
         self.wq, self.wk, self.wv, self.wo = lin(h, h), lin(h, g * self.d), lin(h, g * self.d), lin(h, h)
+        # torchtitan 0.3's fused projection (models/common/attention.py: one wqkv linear, split after it)
+        self.wqkv = lin(h, h + 2 * g * self.d) if fused_qkv else None
         self.w1, self.w3, self.w2 = lin(h, f), lin(h, f), lin(f, h)
         self.n1, self.n2 = torch.nn.RMSNorm(h), torch.nn.RMSNorm(h)
         self.to(DT)
@@ -207,9 +209,14 @@ class TitanBlock(torch.nn.Module):
     def forward(self, x):
         b, s, _ = x.shape
         y = self.n1(x)
-        q = self._rope(self.wq(y).view(b, s, self.a, self.d))
-        k = self._rope(self.wk(y).view(b, s, self.g, self.d))
-        v = self.wv(y).view(b, s, self.g, self.d)
+        if self.wqkv is not None:
+            q, k, v = self.wqkv(y).split([self.h, self.g * self.d, self.g * self.d], dim=-1)
+            q, k = self._rope(q.view(b, s, self.a, self.d)), self._rope(k.view(b, s, self.g, self.d))
+            v = v.view(b, s, self.g, self.d)
+        else:
+            q = self._rope(self.wq(y).view(b, s, self.a, self.d))
+            k = self._rope(self.wk(y).view(b, s, self.g, self.d))
+            v = self.wv(y).view(b, s, self.g, self.d)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                            is_causal=True, enable_gqa=self.g < self.a)
         x = x + self.wo(o.transpose(1, 2).reshape(b, s, self.h))
