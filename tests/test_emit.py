@@ -215,8 +215,8 @@ def test_torchtitan_builds_qwen3s_dense_flavour(tmp_path):
     planner_job.py trains it in qwen3_14b's trainer config, and torchtitan parses it into the Hugging Face
     config's shape (36 layers, dim 4096, 32 / 8 heads of 128, vocabulary 151,936) with its Q/K norms."""
     pytest.importorskip("torchtitan")
-    from planner.check import check_torchtitan
-    from planner.emit.torchtitan import torchtitan_config_name
+    from titan_checks import parsed_by_torchtitan
+
     from planner.torchtitan_engine import registry_flavour, unbuilt_features
 
     m = planner.load_model("qwen3-8b")
@@ -228,12 +228,7 @@ def test_torchtitan_builds_qwen3s_dense_flavour(tmp_path):
     files = p.to_torchtitan()
     assert set(files.files) == {"train.sh", "planner_job.py"}  # no 0.2-style TOML: its qwen3 keys are not checked
     assert 'model_registry("8B")' in files.files["planner_job.py"] and "qwen3_14b()" in files.files["planner_job.py"]
-    files.write(tmp_path)
-    module, config = torchtitan_config_name(p)
-    res = check_torchtitan(list(files.args), p.num_gpus, module=module, config=config, folder=str(tmp_path),
-                           num_layers=m.num_layers)
-    assert res.ok, res.line()
-    d = res.details
+    d = parsed_by_torchtitan(p, tmp_path)
     assert (d["num_layers"], d["dim"], d["n_heads"], d["n_kv_heads"], d["head_dim"], d["vocab_size"]) == (
         36, 4096, 32, 8, 128, 151936)
     assert d["qk_norm"] and not d["weight_tying"]

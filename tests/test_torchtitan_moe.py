@@ -31,8 +31,7 @@ def test_torchtitan_builds_the_qwen3_moe_model_the_plan_prices(tmp_path, name, n
     function, planner_job.py with the flavour), builds the device meshes for the plan's EP (efsdp =
     dp_shard x cp x tp / ep) in a fake process group, and places the plan's pipeline split."""
     pytest.importorskip("torchtitan")
-    from planner.check import check_torchtitan
-    from planner.emit.torchtitan import torchtitan_config_name
+    from titan_checks import parsed_by_torchtitan
 
     m = planner.load_model(name)
     r = plan(m, planner.load_cluster("dgx-h100", nodes=nodes), TrainingSpec(global_batch_size=gbs, seq_length=4096),
@@ -42,12 +41,7 @@ def test_torchtitan_builds_the_qwen3_moe_model_the_plan_prices(tmp_path, name, n
     files = p.to_torchtitan()
     assert "job.toml" not in files.files  # the 0.2-style TOML's expert keys are not checked
     assert ("planner_job.py" in files.files) == (name == "qwen3-235b-a22b")
-    files.write(tmp_path)
-    module, config = torchtitan_config_name(p)
-    res = check_torchtitan(list(files.args), p.num_gpus, module=module, config=config, folder=str(tmp_path),
-                           num_layers=m.num_layers)
-    assert res.ok, res.line()
-    d = res.details
+    d = parsed_by_torchtitan(p, tmp_path)
     layers, h, a, g, hd, v, e, k, fe = HF[name]
     assert (d["num_layers"], d["moe_layers"], d["dim"], d["n_heads"], d["n_kv_heads"], d["head_dim"], d["vocab_size"],
             d["num_experts"], d["top_k"], d["expert_hidden_dim"]) == (layers, layers, h, a, g, hd, v, e, k, fe)
