@@ -80,9 +80,8 @@ def fp8_choice_note(model: ModelSpec, cluster: ClusterSpec, chosen: Plan, result
     say of the FP8 gain an FP8 choice was decided on (uncertainty.FP8_SPEEDUPS): the chosen plan's where it is
     low precision, else the fastest low-precision variant's (BF16 won against it); '' where no low-precision
     variant was planned (all refused or infeasible)."""
-    if chosen.training.fp8 is not None:
-        return fp8_speedup_note(fp8_speedup_check(cluster, chosen.training, model))
-    fp8 = [r.best for r in results if r.best is not None and r.best.training.fp8 is not None]
+    fp8 = [chosen] if chosen.training.fp8 is not None else [
+        r.best for r in results if r.best is not None and r.best.training.fp8 is not None]
     if not fp8:
         return ""
     weighed = min(fp8, key=lambda p: p.time.objective_us)
