@@ -18,6 +18,7 @@ import itertools
 import statistics
 import sys
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -461,18 +462,26 @@ def low_precision(rows: bool = False, logo: bool = True) -> None:
     print_speedups_absolute("throughput of those pairs on the catalog's own parts", ratio_pair_throughput())
 
 
-def speedup(rb, rf) -> tuple[object, object, float, float]:
-    """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) at the catalog's prices."""
-    pb, pf = (evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
+def speedup(rb, rf, plans: tuple | None = None) -> tuple[object, object, float, float]:
+    """(BF16 run, FP8 run, measured, predicted FP8-over-BF16 throughput ratio) at the catalog's prices (the two
+    runs' plans where already evaluated)."""
+    pb, pf = plans or tuple(evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf))
     return rb, rf, rf.tokens_per_s_per_gpu / rb.tokens_per_s_per_gpu, pb.step_time_s / pf.step_time_s
+
+
+@cache
+def _ratio_pair_plans() -> tuple[tuple[object, object, object, object], ...]:
+    """(BF16 run, FP8 run, their plans at the catalog's prices) of each pair runs.load_ratio_pairs builds: read and
+    evaluated once for the speedups, peaks and throughputs below."""
+    return tuple((rb, rf, *(evaluate(r.model, r.cluster, r.training, r.layout) for r in (rb, rf)))
+                 for rb, rf in load_ratio_pairs())
 
 
 def ratio_pair_throughput() -> list[tuple[str, float, float]]:
     """(run, measured, predicted tokens/s/GPU) of the ratio-only pairs' runs on the catalog's own parts
     (runs.Run.catalog_part): out of sample, nothing fitted on them."""
-    runs = [r for pair in load_ratio_pairs() for r in pair if r.catalog_part]
     return [(r.id, r.tokens_per_s_per_gpu, p.tokens_per_second / p.num_gpus)
-            for r in runs for p in [evaluate(r.model, r.cluster, r.training, r.layout)]]
+            for rb, rf, pb, pf in _ratio_pair_plans() for r, p in ((rb, pb), (rf, pf)) if r.catalog_part]
 
 
 def print_speedups_absolute(title: str, rows: list[tuple[str, float, float]]) -> None:
@@ -489,18 +498,18 @@ def ratio_pair_memory() -> dict[str, list[float]]:
     source group, each run once (a BF16 run shared by two pairs counts once): out of sample, and a power limit
     does not move memory."""
     seen, out = set(), {}
-    for r in (r for pair in load_ratio_pairs() for r in pair if r.peak_mem_bytes):
-        if (r.group, r.training, r.layout) not in seen:
-            seen.add((r.group, r.training, r.layout))
-            plan = evaluate(r.model, r.cluster, r.training, r.layout)
-            out.setdefault(r.group, []).append(plan.peak_memory_bytes / r.peak_mem_bytes - 1)
+    for rb, rf, pb, pf in _ratio_pair_plans():
+        for r, plan in ((rb, pb), (rf, pf)):
+            if r.peak_mem_bytes and (r.group, r.training, r.layout) not in seen:
+                seen.add((r.group, r.training, r.layout))
+                out.setdefault(r.group, []).append(plan.peak_memory_bytes / r.peak_mem_bytes - 1)
     return out
 
 
 def ratio_pairs() -> list[tuple[object, object, float, float]]:
     """speedup of each pair published on parts the catalog does not price (runs.load_ratio_pairs): nothing is
     fitted on them, so the catalog's prediction is out of sample."""
-    return [speedup(rb, rf) for rb, rf in load_ratio_pairs()]
+    return [speedup(rb, rf, (pb, pf)) for rb, rf, pb, pf in _ratio_pair_plans()]
 
 
 if __name__ == "__main__":

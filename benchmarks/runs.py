@@ -646,9 +646,8 @@ def load_ratio_pairs(path: Path = RATIO_PAIRS_PATH) -> list[tuple[Run, Run]]:
         cluster = planner.load_cluster(r["cluster"], nodes=r["nodes"], **r.get("cluster_overrides", {}))
         layout = Layout(**r["layout"])
         tokens, mem = r["tokens_per_sec_per_gpu"], r.get("peak_mem_gib", {})
-        runs = []
+        runs, whole = [], r.get("loss") == "whole"
         for fp8 in (None, r["fp8"]):
-            whole = r.get("loss") == "whole"
             training = TrainingSpec(global_batch_size=r["global_batch_size"], seq_length=r["seq_length"], fp8=fp8,
                                     fp8_param_gather=bool(fp8) and r.get("fp8_param_gather", False),
                                     **({"optimizer_impl": "fsdp2", "kernels": "unfused"} if whole else {}))

@@ -86,7 +86,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from planner.errors import SpecError
-from planner.specs import Layout, ModelSpec, TrainingSpec, num_microbatches
+from planner.specs import Family, Layout, ModelSpec, TrainingSpec, num_microbatches
 
 __all__ = ["MOE_FLAVOURS", "DENSE_FLAVOURS", "moe_flavour", "registry_flavour", "unbuilt_features", "MAX_END_WEIGHT", "DEFAULT_END_WEIGHTS", "KERNELS",
            "uses_torchtitan", "fuses_qkv", "stage_split", "layers_per_stage", "end_weights", "rank_splits", "accumulation_bytes",
@@ -152,7 +152,7 @@ def registry_flavour(model: ModelSpec) -> tuple[str, str | None, str] | None:
     if model.moe is not None:
         return moe_flavour(model)
     if (not model.qk_norm or model.linear_bias or model.qkv_bias or model.activation != "swiglu"
-            or model.family.value != "llama"):
+            or model.family != Family.LLAMA):
         return None
     return DENSE_FLAVOURS.get((model.num_layers, model.hidden_size, model.num_attention_heads, model.kv_heads,
                                model.head_dim, model.vocab_size, model.ffn_hidden_size, model.tied_embeddings))

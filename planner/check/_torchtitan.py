@@ -142,22 +142,20 @@ def _experts(model_cfg) -> dict:
     experts, top-k, expert width, shared experts, and the attention shape around them (Q/K norm);
     and how many MoE layers run their experts in low-precision grouped GEMMs (the Float8<GroupedExperts> or
     MXFP8<GroupedExperts> modules of Float8GroupedExpertsConverter or MXFP8GroupedExpertsConverter)."""
-    layers = [layer for layer in getattr(model_cfg, "layers", []) if getattr(layer, "moe", None) is not None]
-    if not layers:  # a dense model: its shape and attention, as the plan's model names them
-        every = getattr(model_cfg, "layers", [])
-        att = getattr(every[0], "attention", None) if every else None
-        if att is None or not hasattr(model_cfg, "dim"):
-            return {"moe_layers": 0}
-        return {"moe_layers": 0, "num_layers": len(every), "dim": model_cfg.dim, "vocab_size": model_cfg.vocab_size,
-                "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
-                "qk_norm": getattr(att, "qk_norm", None) is not None,
-                "weight_tying": getattr(model_cfg, "enable_weight_tying", False)}
-    moe, att = layers[0].moe, layers[0].attention
+    every = getattr(model_cfg, "layers", [])
+    att = getattr(every[0], "attention", None) if every else None
+    if att is None or not hasattr(model_cfg, "dim"):
+        return {"moe_layers": 0}
+    shape = {"num_layers": len(every), "dim": model_cfg.dim, "vocab_size": model_cfg.vocab_size,
+             "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
+             "qk_norm": getattr(att, "qk_norm", None) is not None,
+             "weight_tying": getattr(model_cfg, "enable_weight_tying", False)}
+    layers = [layer for layer in every if getattr(layer, "moe", None) is not None]
+    if not layers:  # a dense model: its shape and attention
+        return {"moe_layers": 0, **shape}
+    moe = layers[0].moe
     inner = moe.routed_experts.inner_experts
-    return {"moe_layers": len(layers), "num_layers": len(model_cfg.layers), "dim": model_cfg.dim,
-            "vocab_size": model_cfg.vocab_size, "num_experts": inner.num_experts, "top_k": moe.router.top_k,
+    return {"moe_layers": len(layers), **shape, "num_experts": inner.num_experts, "top_k": moe.router.top_k,
             "expert_hidden_dim": inner.hidden_dim, "shared_experts": getattr(moe, "shared_experts", None) is not None,
-            "n_heads": att.n_heads, "n_kv_heads": att.n_kv_heads, "head_dim": att.head_dim,
-            "qk_norm": getattr(att, "qk_norm", None) is not None, "weight_tying": model_cfg.enable_weight_tying,
             "float8_expert_layers": sum(type(layer.moe.routed_experts.inner_experts)._owner.__name__.startswith(
                 ("Float8", "MXFP8")) for layer in layers)}
